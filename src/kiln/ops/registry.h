@@ -1,0 +1,138 @@
+// THE op registry: every primitive op is defined once, here, by an OpDef that holds all
+// there is to know about it — its shape rule, reference evaluation, gradient rule,
+// elementwise C++ snippet, dimension map (the sharding rule hook) and cost. Passes,
+// the interpreter, autodiff and backends read these fields; none of them switches over
+// opcodes. The entries live in one file per op family (elementwise_ops.cc, shape_ops.cc,
+// ...), each registering its ops with OpTable::add.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/base/status.h"
+#include "kiln/ir/instr.h"
+
+namespace kiln::ops {
+
+class Builder;
+struct VjpContext;
+
+enum class AttrKind { kInt, kFloat, kString, kInts };
+
+struct AttrSpec {
+  std::string name;
+  AttrKind kind = AttrKind::kInt;
+  bool required = true;
+  std::vector<std::string> choices;  // accepted values of a string attribute (empty: any)
+};
+
+// What a shape rule sees: operand shapes, attributes, and the result shape written in the
+// IR text or asked for by the builder (null when there is none). Ops whose result cannot be
+// derived from operands (parameter, constant, iota, rng, broadcast, reshape, convert)
+// require `declared`; the others compute their shape, and check it against `declared`
+// when given (dot_general also accepts a declared result dtype: bf16 x bf16 -> f32).
+struct InferContext {
+  std::span<const ir::Shape> operands;
+  const ir::Attrs& attrs;
+  const ir::Shape* declared = nullptr;
+};
+
+struct Cost {
+  double flops = 0;            // arithmetic operations (a multiply-add counts 2)
+  double transcendentals = 0;  // exp, log, tanh, ... evaluations
+  double bytes_read = 0;
+  double bytes_written = 0;
+};
+
+// Marks ops that carry no gradient: integer or boolean results, piecewise-constant
+// functions (floor), sources (iota, rng, constant) and parameters (leaves).
+enum class GradKind {
+  kRule,             // `vjp` gives operand gradients
+  kNone,             // no gradient flows through this op
+  kTupleStructure,   // tuple / get_tuple_element: the autodiff walker routes these
+};
+
+using InferFn = std::function<Result<ir::Shape>(const InferContext&)>;
+using EvalFn = std::function<ir::Literal(const ir::Instr&, std::span<const ir::Literal* const>)>;
+// Scalar function of an elementwise op in double precision; the generic elementwise
+// evaluation applies it per element and rounds to the result dtype.
+using ScalarFn = std::function<double(const ir::Instr&, const double* args)>;
+// One gradient per operand (nullptr: none flows), given the output gradient(s) in ctx.
+using VjpFn = std::function<std::vector<ir::Instr*>(VjpContext&)>;
+// C++ expression computing one element from the operands' element expressions.
+using SnippetFn = std::function<std::string(const ir::Instr&, std::span<const std::string> args)>;
+// For each operand, for each of its dimensions, the result dimension it becomes (-1: none;
+// for tuple results, the dimension of element 0). Sharding propagation follows these.
+using DimMapFn = std::function<std::vector<std::vector<int>>(const ir::Instr&)>;
+using CostFn = std::function<Cost(const ir::Instr&)>;
+
+// A small module exercising the op, whose parameters are the inputs. The op-table test
+// runs every example through the verifier, the interpreter, and (for differentiable ops)
+// a finite-difference check of the gradient rule in float64; backends are checked against
+// the interpreter on the same examples. Parameter values are drawn uniformly from
+// ranges[i] (default [-2, 2] for floats, integers in [0, 4)), so an example can keep
+// inputs in an op's domain (log of positives, valid gather indices).
+struct OpExample {
+  std::string ir;
+  std::vector<std::pair<double, double>> ranges = {};
+};
+
+struct OpDef {
+  ir::Opcode opcode = ir::Opcode::kParameter;
+  std::string_view name;
+  int min_operands = 0;
+  int max_operands = 0;  // -1: any number
+  std::vector<AttrSpec> attrs;
+  bool elementwise = false;  // result element i depends only on operand elements i
+  bool source = false;       // produces data without operands (parameter, constant, iota, rng)
+
+  InferFn infer;
+  EvalFn eval;
+  ScalarFn scalar;  // elementwise ops only
+  GradKind grad = GradKind::kRule;
+  VjpFn vjp;
+  SnippetFn snippet;  // elementwise ops only
+  DimMapFn dim_map;
+  CostFn cost;
+  std::vector<OpExample> examples;  // at least one per op
+};
+
+class OpTable {
+ public:
+  void add(OpDef def);
+  const OpDef& get(ir::Opcode opcode) const;
+  bool has(ir::Opcode opcode) const;
+
+ private:
+  std::vector<OpDef> defs_ = std::vector<OpDef>(ir::kNumOpcodes);
+  std::vector<bool> present_ = std::vector<bool>(ir::kNumOpcodes, false);
+};
+
+// The registry, built on first use from every family's register function.
+const OpTable& registry();
+inline const OpDef& op_def(ir::Opcode opcode) { return registry().get(opcode); }
+
+// Checks operand count and attributes against the OpDef, then runs its shape rule.
+Result<ir::Shape> infer_shape(ir::Opcode opcode, std::span<const ir::Shape> operands, const ir::Attrs& attrs,
+                              const ir::Shape* declared);
+
+// Structural verification (ir::verify_structure) plus, for every instruction, its op's
+// operand count, attributes and shape rule against the shape it carries.
+Status verify(const ir::Module& module);
+
+// Cost of one instruction / of a whole computation (sum).
+Cost cost_of(const ir::Instr& instr);
+
+// Families (one per file). Each adds its ops to the table.
+void register_structural_ops(OpTable& table);
+void register_elementwise_ops(OpTable& table);
+void register_shape_ops(OpTable& table);
+void register_reduce_ops(OpTable& table);
+void register_dot_ops(OpTable& table);
+void register_index_ops(OpTable& table);
+void register_sort_ops(OpTable& table);
+
+}  // namespace kiln::ops

@@ -1,0 +1,199 @@
+// Structural ops: parameters, constants, iota, tuples and the counter-based RNG.
+#include <cmath>
+
+#include "kiln/base/check.h"
+#include "kiln/base/hash.h"
+#include "kiln/ops/op_helpers.h"
+
+namespace kiln::ops {
+namespace {
+
+using internal::empty_dim_map;
+using internal::for_each_index;
+using internal::require_declared;
+
+Result<Shape> declared_array(const InferContext& ctx, std::string_view op) {
+  KILN_ASSIGN_OR_RETURN(Shape s, require_declared(ctx, op));
+  if (s.is_tuple()) return invalid_argument("{} must produce an array, not {}", op, s.to_string());
+  return s;
+}
+
+ir::Literal eval_unavailable(const Instr& instr, std::span<const ir::Literal* const>) {
+  // Parameters and constants are bound by the interpreter itself, never evaluated.
+  KILN_CHECK(false) << "no evaluation for " << instr.to_string();
+  return ir::Literal();
+}
+
+// ---- rng: counter-based, so element i depends only on (seed, i) ----
+
+// Uniform in [0, 1) with 53 random bits.
+double uniform_at(int64_t seed, int64_t counter, int64_t draw) {
+  uint64_t bits = mix64(hash_combine(mix64(static_cast<uint64_t>(seed)), static_cast<uint64_t>(counter) * 4 + draw));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+double normal_at(int64_t seed, int64_t counter, int64_t attempt) {
+  // Box-Muller on two independent uniforms; 1 - u keeps the log argument in (0, 1].
+  double u1 = 1.0 - uniform_at(seed, counter * 64 + attempt, 0);
+  double u2 = uniform_at(seed, counter * 64 + attempt, 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+ir::Literal eval_rng(const Instr& instr, std::span<const ir::Literal* const>) {
+  const std::string& dist = instr.attrs().get_string("distribution");
+  int64_t seed = instr.attrs().get_int("seed");
+  int64_t n = instr.shape().num_elements();
+  std::vector<double> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (dist == "uniform") {
+      out[i] = uniform_at(seed, i, 0);
+    } else if (dist == "normal") {
+      out[i] = normal_at(seed, i, 0);
+    } else {
+      // Truncated to [-2, 2] by resampling (as jax.random.truncated_normal's support).
+      double v = 0;
+      for (int attempt = 0; attempt < 64; ++attempt) {
+        v = normal_at(seed, i, attempt);
+        if (std::fabs(v) <= 2.0) break;
+      }
+      out[i] = std::fabs(v) <= 2.0 ? v : 0.0;
+    }
+  }
+  // Uniform values must stay below 1 after rounding to a narrow dtype.
+  ir::Literal lit(instr.shape(), std::move(out));
+  if (dist == "uniform") {
+    for (double& v : lit.mutable_values()) {
+      if (v >= 1.0) v = std::nextafter(1.0f, 0.0f);
+    }
+    lit.round_all();
+  }
+  return lit;
+}
+
+ir::Literal eval_iota(const Instr& instr, std::span<const ir::Literal* const>) {
+  int64_t dim = instr.attrs().get_int("dim");
+  std::vector<double> out;
+  out.reserve(instr.shape().num_elements());
+  for_each_index(instr.shape().dims(), [&](const std::vector<int64_t>& idx) { out.push_back(static_cast<double>(idx[dim])); });
+  return ir::Literal(instr.shape(), std::move(out));
+}
+
+ir::Literal eval_tuple(const Instr&, std::span<const ir::Literal* const> args) {
+  std::vector<ir::Literal> elements;
+  for (const ir::Literal* a : args) elements.push_back(*a);
+  return ir::Literal::tuple(std::move(elements));
+}
+
+ir::Literal eval_gte(const Instr& instr, std::span<const ir::Literal* const> args) {
+  return args[0]->element(static_cast<int>(instr.attrs().get_int("index")));
+}
+
+std::vector<std::vector<int>> tuple_dim_map(const Instr& instr) {
+  // Element 0 of the tuple keeps its dims; other elements have no counterpart in element 0.
+  std::vector<std::vector<int>> out = empty_dim_map(instr);
+  if (!out.empty()) {
+    for (size_t i = 0; i < out[0].size(); ++i) out[0][i] = static_cast<int>(i);
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> gte_dim_map(const Instr&) { return {{}}; }
+
+}  // namespace
+
+void register_structural_ops(OpTable& table) {
+  {
+    OpDef d;
+    d.opcode = Opcode::kParameter;
+    d.attrs = {{"index", AttrKind::kInt}};
+    d.source = true;
+    d.infer = [](const InferContext& c) { return require_declared(c, "parameter"); };
+    d.eval = eval_unavailable;
+    d.grad = GradKind::kNone;  // a leaf: autodiff differentiates *with respect to* parameters
+    d.dim_map = empty_dim_map;
+    d.cost = internal::zero_cost;
+    table.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.opcode = Opcode::kConstant;
+    d.source = true;
+    d.infer = [](const InferContext& c) { return declared_array(c, "constant"); };
+    d.eval = eval_unavailable;
+    d.grad = GradKind::kNone;
+    d.dim_map = empty_dim_map;
+    d.cost = internal::memory_cost;
+    table.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.opcode = Opcode::kIota;
+    d.attrs = {{"dim", AttrKind::kInt}};
+    d.source = true;
+    d.infer = [](const InferContext& c) -> Result<Shape> {
+      KILN_ASSIGN_OR_RETURN(Shape s, declared_array(c, "iota"));
+      int64_t dim = c.attrs.get_int("dim");
+      if (dim < 0 || dim >= s.rank()) return invalid_argument("iota dim {} outside the rank {} of {}", dim, s.rank(), s.to_string());
+      if (s.dtype() == DType::kPred) return invalid_argument("iota cannot produce pred");
+      return s;
+    };
+    d.eval = eval_iota;
+    d.grad = GradKind::kNone;
+    d.dim_map = empty_dim_map;
+    d.cost = internal::memory_cost;
+    table.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.opcode = Opcode::kRng;
+    d.attrs = {{"distribution", AttrKind::kString, true, {"uniform", "normal", "truncated_normal"}},
+               {"seed", AttrKind::kInt}};
+    d.source = true;
+    d.infer = [](const InferContext& c) -> Result<Shape> {
+      KILN_ASSIGN_OR_RETURN(Shape s, declared_array(c, "rng"));
+      if (!ir::is_floating(s.dtype())) return invalid_argument("rng produces floating point values, not {}", s.to_string());
+      return s;
+    };
+    d.eval = eval_rng;
+    d.grad = GradKind::kNone;
+    d.dim_map = empty_dim_map;
+    d.cost = [](const Instr& i) { return internal::elementwise_cost(i, 20, 2); };
+    table.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.opcode = Opcode::kTuple;
+    d.max_operands = -1;
+    d.infer = [](const InferContext& c) -> Result<Shape> {
+      std::vector<Shape> elements(c.operands.begin(), c.operands.end());
+      return Shape::tuple(std::move(elements));
+    };
+    d.eval = eval_tuple;
+    d.grad = GradKind::kTupleStructure;
+    d.dim_map = tuple_dim_map;
+    d.cost = internal::zero_cost;
+    table.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.opcode = Opcode::kGetTupleElement;
+    d.min_operands = d.max_operands = 1;
+    d.attrs = {{"index", AttrKind::kInt}};
+    d.infer = [](const InferContext& c) -> Result<Shape> {
+      const Shape& t = c.operands[0];
+      if (!t.is_tuple()) return invalid_argument("get_tuple_element of a non-tuple {}", t.to_string());
+      int64_t i = c.attrs.get_int("index");
+      if (i < 0 || i >= static_cast<int64_t>(t.elements().size())) {
+        return invalid_argument("get_tuple_element index {} outside {}", i, t.to_string());
+      }
+      return t.element(static_cast<int>(i));
+    };
+    d.eval = eval_gte;
+    d.grad = GradKind::kTupleStructure;
+    d.dim_map = gte_dim_map;
+    d.cost = internal::zero_cost;
+    table.add(std::move(d));
+  }
+}
+
+}  // namespace kiln::ops
