@@ -230,6 +230,49 @@ std::vector<Instr*> vjp_clamp(VjpContext& c) {
   return {glo, gx, ghi};
 }
 
+// ---- examples ----
+
+// A module applying `op` to parameters of the given shapes.
+std::string example_ir(std::string_view op, const std::vector<std::string>& operand_shapes, const std::string& result_shape,
+                       const std::string& attrs = "") {
+  std::string text = "module @example\n\nENTRY computation @main {\n";
+  std::string operands;
+  for (size_t i = 0; i < operand_shapes.size(); ++i) {
+    text += fmt::format("  %p{} = {} parameter(), index={}\n", i, operand_shapes[i], i);
+    operands += (i ? ", %p" : "%p") + std::to_string(i);
+  }
+  text += fmt::format("  ROOT %r = {} {}({}){}\n}}\n", result_shape, op, operands, attrs);
+  return text;
+}
+
+std::vector<OpExample> default_examples(Opcode opcode, int arity) {
+  const std::string f = "f32[2,3]", p = "pred[2,3]";
+  std::string_view name = ir::opcode_name(opcode);
+  using R = std::pair<double, double>;
+  switch (opcode) {
+    case Opcode::kLog:
+    case Opcode::kSqrt:
+    case Opcode::kRsqrt:
+    case Opcode::kLog1p: return {{example_ir(name, {f}, f), {R{0.2, 3.0}}}};
+    case Opcode::kNot: return {{example_ir(name, {p}, p)}};
+    case Opcode::kIsFinite: return {{example_ir(name, {f}, p)}};
+    case Opcode::kConvert:
+      return {{example_ir(name, {f}, "f64[2,3]")}, {example_ir(name, {f}, "s32[2,3]"), {R{-9.0, 9.0}}},
+              {example_ir(name, {"s32[2,3]"}, f)}, {example_ir(name, {f}, "bf16[2,3]")}};
+    case Opcode::kDiv:
+      return {{example_ir(name, {f, f}, f), {R{-2.0, 2.0}, R{0.5, 2.0}}},
+              {example_ir(name, {"s32[2,3]", "s32[2,3]"}, "s32[2,3]"), {R{-9.0, 9.0}, R{1.0, 4.0}}}};
+    case Opcode::kPow: return {{example_ir(name, {f, f}, f), {R{0.2, 2.0}, R{-2.0, 2.0}}}};
+    case Opcode::kAnd:
+    case Opcode::kOr: return {{example_ir(name, {p, p}, p)}};
+    case Opcode::kCompare:
+      return {{example_ir(name, {f, f}, p, ", direction=lt")}, {example_ir(name, {"s32[2,3]", "s32[2,3]"}, p, ", direction=eq")}};
+    case Opcode::kSelect: return {{example_ir(name, {p, f, f}, f)}};
+    case Opcode::kClamp: return {{example_ir(name, {f, f, f}, f), {R{-2.0, -0.5}, R{-3.0, 3.0}, R{0.5, 2.0}}}};
+    default: return {{example_ir(name, std::vector<std::string>(arity, f), f)}};
+  }
+}
+
 // ---- registration helpers ----
 
 struct Spec {
@@ -315,6 +358,7 @@ void register_elementwise_ops(OpTable& table) {
       def.snippet = [format](const Instr&, std::span<const std::string> a) { return format_snippet(format, a); };
     }
     def.dim_map = identity_dim_map;
+    def.examples = default_examples(s.opcode, s.arity);
     double flops = s.flops, transcendentals = s.transcendentals;
     def.cost = [flops, transcendentals](const Instr& instr) { return elementwise_cost(instr, flops, transcendentals); };
     table.add(std::move(def));

@@ -105,6 +105,12 @@ void register_structural_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kParameter;
+    d.examples = {{R"(module @example
+
+ENTRY computation @main {
+  ROOT %x = f32[2,3] parameter(), index=0
+}
+)"}};
     d.attrs = {{"index", AttrKind::kInt}};
     d.source = true;
     d.infer = [](const InferContext& c) { return require_declared(c, "parameter"); };
@@ -117,6 +123,12 @@ void register_structural_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kConstant;
+    d.examples = {{R"(module @example
+
+ENTRY computation @main {
+  ROOT %c = f32[3] constant({1, 2.5, -3})
+}
+)"}};
     d.source = true;
     d.infer = [](const InferContext& c) { return declared_array(c, "constant"); };
     d.eval = eval_unavailable;
@@ -128,6 +140,12 @@ void register_structural_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kIota;
+    d.examples = {{R"(module @example
+
+ENTRY computation @main {
+  ROOT %i = s32[2,3] iota(), dim=1
+}
+)"}};
     d.attrs = {{"dim", AttrKind::kInt}};
     d.source = true;
     d.infer = [](const InferContext& c) -> Result<Shape> {
@@ -146,6 +164,12 @@ void register_structural_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kRng;
+    d.examples = {{R"(module @example
+
+ENTRY computation @main {
+  ROOT %r = f32[4,4] rng(), distribution=truncated_normal, seed=3
+}
+)"}};
     d.attrs = {{"distribution", AttrKind::kString, true, {"uniform", "normal", "truncated_normal"}},
                {"seed", AttrKind::kInt}};
     d.source = true;
@@ -163,6 +187,14 @@ void register_structural_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kTuple;
+    d.examples = {{R"(module @example
+
+ENTRY computation @main {
+  %a = f32[2] parameter(), index=0
+  %b = s32[3] parameter(), index=1
+  ROOT %t = (f32[2], s32[3]) tuple(%a, %b)
+}
+)"}};
     d.max_operands = -1;
     d.infer = [](const InferContext& c) -> Result<Shape> {
       std::vector<Shape> elements(c.operands.begin(), c.operands.end());
@@ -177,6 +209,15 @@ void register_structural_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kGetTupleElement;
+    d.examples = {{R"(module @example
+
+ENTRY computation @main {
+  %a = f32[2] parameter(), index=0
+  %b = f32[3] parameter(), index=1
+  %t = (f32[2], f32[3]) tuple(%a, %b)
+  ROOT %g = f32[3] get_tuple_element(%t), index=1
+}
+)"}};
     d.min_operands = d.max_operands = 1;
     d.attrs = {{"index", AttrKind::kInt}};
     d.infer = [](const InferContext& c) -> Result<Shape> {

@@ -1,0 +1,60 @@
+#include "kiln/interp/interpreter.h"
+
+#include <unordered_map>
+
+#include "kiln/base/check.h"
+#include "kiln/ops/registry.h"
+
+namespace kiln::interp {
+
+Result<ir::Literal> evaluate(const ir::Computation& computation, std::span<const ir::Literal> args) {
+  if (static_cast<int>(args.size()) != computation.num_params()) {
+    return invalid_argument("@{} takes {} arguments, got {}", computation.name(), computation.num_params(), args.size());
+  }
+  for (int i = 0; i < computation.num_params(); ++i) {
+    const ir::Shape& want = computation.param(i)->shape();
+    if (args[i].shape() != want) {
+      return invalid_argument("argument {} of @{} has shape {}, expected {}", i, computation.name(),
+                              args[i].shape().to_string(), want.to_string());
+    }
+  }
+  // Values die after their last use, so peak memory follows the program's live set.
+  const auto& instrs = computation.instructions();
+  std::unordered_map<const ir::Instr*, size_t> last_use;
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    for (const ir::Instr* o : instrs[i]->operands()) last_use[o] = i;
+  }
+  std::unordered_map<const ir::Instr*, ir::Literal> values;
+  std::vector<const ir::Literal*> operand_values;
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    const ir::Instr& instr = *instrs[i];
+    switch (instr.opcode()) {
+      case ir::Opcode::kParameter:
+        values[&instr] = args[instr.attrs().get_int("index")];
+        break;
+      case ir::Opcode::kConstant:
+        values[&instr] = instr.literal();
+        break;
+      default: {
+        operand_values.clear();
+        for (const ir::Instr* o : instr.operands()) operand_values.push_back(&values.at(o));
+        ir::Literal result = ops::op_def(instr.opcode()).eval(instr, operand_values);
+        KILN_CHECK(result.shape() == instr.shape())
+            << "evaluation produced " << result.shape().to_string() << " for " << instr.to_string();
+        values[&instr] = std::move(result);
+      }
+    }
+    for (const ir::Instr* o : instr.operands()) {
+      if (last_use.at(o) == i && o != computation.root()) values.erase(o);
+    }
+  }
+  return std::move(values.at(computation.root()));
+}
+
+Result<std::vector<ir::Literal>> run(const ir::Module& module, std::span<const ir::Literal> args) {
+  KILN_ASSIGN_OR_RETURN(ir::Literal root, evaluate(*module.entry(), args));
+  if (!root.shape().is_tuple()) return std::vector<ir::Literal>{std::move(root)};
+  return root.elements();
+}
+
+}  // namespace kiln::interp
