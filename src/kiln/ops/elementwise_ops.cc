@@ -318,6 +318,9 @@ void register_elementwise_ops(OpTable& table) {
       {Opcode::kIsFinite, 1, is_finite_rule, [](const Instr&, const double* x) { return std::isfinite(x[0]) ? 1.0 : 0.0; }, nullptr, "std::isfinite({0})", nullptr, 1, 0},
       {Opcode::kConvert, 1, convert_rule, [](const Instr&, const double* x) { return x[0]; }, vjp_convert, nullptr, convert_snippet, 1, 0},
       {Opcode::kCopy, 1, [](const InferContext& c) { return same_shape_rule(c, "copy"); }, [](const Instr&, const double* x) { return x[0]; }, vjp_copy, "{0}", nullptr, 0, 0},
+      // Identity whose gradient is zero: keeps shifts such as the max in a stable softmax out of
+      // the backward pass. Simplification drops it once gradients are built.
+      {Opcode::kStopGradient, 1, [](const InferContext& c) { return same_shape_rule(c, "stop_gradient"); }, [](const Instr&, const double* x) { return x[0]; }, nullptr, "{0}", nullptr, 0, 0},
       {Opcode::kAdd, 2, numeric_rule, [](const Instr&, const double* x) { return x[0] + x[1]; }, vjp_add, "({0} + {1})", nullptr, 1, 0},
       {Opcode::kSub, 2, numeric_rule, [](const Instr&, const double* x) { return x[0] - x[1]; }, vjp_sub, "({0} - {1})", nullptr, 1, 0},
       {Opcode::kMul, 2, numeric_rule, [](const Instr&, const double* x) { return x[0] * x[1]; }, vjp_mul, "({0} * {1})", nullptr, 1, 0},
