@@ -137,10 +137,16 @@ ir::Literal eval_scatter_add(const Instr& instr, std::span<const ir::Literal* co
 int64_t axis_of(const Instr& instr) { return instr.attrs().get_int("axis"); }
 int64_t batch_dims_of(const Instr& instr) { return instr.attrs().get_int_or("batch_dims", 0); }
 
+// x gets g added back where it was read: scatter_add at the clamped indices (scatter_add
+// skips out-of-range indices, but gather read the clamped position for them).
 std::vector<Instr*> vjp_gather(VjpContext& c) {
   Instr* x = c.operand(0);
   if (!ir::is_floating(x->shape().dtype())) return {nullptr, nullptr};
-  Instr* dx = c.b.scatter_add(c.b.zeros_like(x), c.operand(1), c.dout(), axis_of(*c.instr), batch_dims_of(*c.instr));
+  Instr* idx = c.operand(1);
+  int64_t axis = axis_of(*c.instr);
+  int64_t n = x->shape().dim(static_cast<int>(axis));
+  Instr* clamped = c.b.clamp(c.b.zeros_like(idx), idx, c.b.full(idx->shape(), static_cast<double>(std::max<int64_t>(n - 1, 0))));
+  Instr* dx = c.b.scatter_add(c.b.zeros_like(x), clamped, c.dout(), axis, batch_dims_of(*c.instr));
   return {dx, nullptr};
 }
 
