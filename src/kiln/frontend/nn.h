@@ -11,7 +11,7 @@ Tensor softmax(const Tensor& x, int axis);
 Tensor log_softmax(const Tensor& x, int axis);
 Tensor logsumexp(const Tensor& x, int axis, bool keepdims = false);
 
-// x: [..., D], scale: [D]. Computed in float32 whatever x's dtype, result in x's dtype:
+// x: [..., D], scale: [D]. Computed in at least float32 (bf16 is widened), result in x's dtype:
 // x * rsqrt(mean(x^2) + eps) * scale.
 Tensor rms_norm(const Tensor& x, const Tensor& scale, double eps);
 
@@ -25,9 +25,21 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 // gate * sigmoid(alpha * gate) * (up + 1).
 Tensor clamped_swiglu(const Tensor& gate, const Tensor& up, double alpha, double limit);
 
+// Scaled dot-product attention with grouped-query heads and optional attention sinks.
+//   q: [B, T, H, Dh]; k, v: [B, S, K, Dh] with H a multiple of K (query head h reads
+//   key/value head h / (H / K), so heads 0..H/K-1 share kv head 0);
+//   allowed: pred, broadcastable to [B, T, S] (true where query t may see key s; every row
+//   needs at least one true entry, e.g. the diagonal of a causal mask);
+//   sinks: [H] or an empty Tensor: one extra learned logit per head appended to every
+//   softmax row, whose probability is then dropped (GPT-OSS), so a row's weights sum to < 1.
+// logits = scale * q.k are formed in q's dtype and the softmax runs in float32; the result
+// [B, T, H, Dh] is in q's dtype. Masked logits get a large finite negative value.
+Tensor dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed,
+                             double scale, const Tensor& sinks = Tensor());
+
 // Token cross-entropy. logits [..., V] (any float dtype, computed in float32),
 // targets [...] s32, weights [...] float32 (1 for tokens that count, 0 for padding).
-// Returns the weighted sum of -log p(target) as a float32 scalar.
+// Returns the weighted sum of -log p(target) as a scalar (float32 for bf16 logits).
 Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, const Tensor& weights);
 
 }  // namespace kiln::frontend::nn
