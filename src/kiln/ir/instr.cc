@@ -152,6 +152,21 @@ Computation* Module::find_computation(const std::string& name) const {
   return nullptr;
 }
 
+void Module::remove_computation(Computation* computation) {
+  KILN_CHECK(computation != entry_) << "cannot remove the entry computation @" << computation->name();
+  for (const auto& c : computations_) {
+    for (const auto& instr : c->instructions()) {
+      for (const Computation* called : instr->called()) {
+        KILN_CHECK(called != computation) << "removing @" << computation->name() << " which %" << instr->id() << " calls";
+      }
+    }
+  }
+  auto it = std::find_if(computations_.begin(), computations_.end(),
+                         [&](const std::unique_ptr<Computation>& c) { return c.get() == computation; });
+  KILN_CHECK(it != computations_.end()) << "@" << computation->name() << " is not in module @" << name_;
+  computations_.erase(it);
+}
+
 std::string Module::fresh_id(std::string_view stem) { return std::string(stem) + "." + std::to_string(next_id_++); }
 
 void Module::reserve_id(const std::string& id) {

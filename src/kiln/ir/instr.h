@@ -131,6 +131,8 @@ class Module {
   Computation* entry() const { return entry_; }
   void set_entry(Computation* entry) { entry_ = entry; }
   Computation* find_computation(const std::string& name) const;
+  // Removes a non-entry computation that no instruction calls (both checked).
+  void remove_computation(Computation* computation);
   const std::vector<std::unique_ptr<Computation>>& computations() const { return computations_; }
 
   // A fresh SSA id "<stem>.<n>" unique in this module.

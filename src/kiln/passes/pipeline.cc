@@ -1,0 +1,135 @@
+#include "kiln/passes/pipeline.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "kiln/base/check.h"
+#include "kiln/base/logging.h"
+#include "kiln/ir/printer.h"
+#include "kiln/ops/registry.h"
+
+namespace kiln::passes {
+
+Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
+  KILN_CHECK(pass != nullptr);
+  Stage stage;
+  stage.passes.push_back(std::move(pass));
+  stages_.push_back(std::move(stage));
+  return *this;
+}
+
+Pipeline& Pipeline::add_fixed_point(std::string name, std::vector<std::unique_ptr<Pass>> passes) {
+  KILN_CHECK(!passes.empty()) << "fixed-point group '" << name << "' has no passes";
+  for (const auto& p : passes) KILN_CHECK(p != nullptr);
+  Stage stage;
+  stage.name = std::move(name);
+  stage.passes = std::move(passes);
+  stage.fixed_point = true;
+  stages_.push_back(std::move(stage));
+  return *this;
+}
+
+std::string Pipeline::to_string() const {
+  std::string out;
+  for (const Stage& stage : stages_) {
+    if (!out.empty()) out += ", ";
+    std::string names;
+    for (const auto& p : stage.passes) names += (names.empty() ? "" : ", ") + std::string(p->name());
+    out += stage.fixed_point ? "fix(" + names + ")" : names;
+  }
+  return out;
+}
+
+Status Pipeline::dump(const ir::Module& module, std::string_view label) {
+  if (options_.dump_ir.empty()) return ok_status();
+  std::error_code ec;
+  std::filesystem::create_directories(options_.dump_ir, ec);
+  if (ec) return io_error("cannot create the dump_ir directory {}: {}", options_.dump_ir, ec.message());
+  std::filesystem::path path =
+      std::filesystem::path(options_.dump_ir) / fmt::format("{:02d}_{}.ir", dump_index_++, label);
+  std::ofstream out(path);
+  out << ir::print_module(module);
+  out.close();
+  if (!out) return io_error("cannot write {}", path.string());
+  return ok_status();
+}
+
+Result<bool> Pipeline::run_pass(Pass& pass, ir::Module& module) {
+  auto start = std::chrono::steady_clock::now();
+  int64_t before = module.instruction_count();
+  Result<bool> result = pass.run(module);
+  if (!result.ok()) {
+    return Status(result.status().code(), fmt::format("pass '{}': {}", pass.name(), result.status().message()));
+  }
+  bool changed = *result;
+  if (changed) {
+    for (const auto& comp : module.computations()) comp->topo_sort();
+  }
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (options_.verbose || verbosity() >= 1) {
+    std::string line = changed ? fmt::format("pass {}: changed ({} -> {} instructions, {:.2f} ms)", pass.name(), before,
+                                             module.instruction_count(), ms)
+                               : fmt::format("pass {}: no change ({:.2f} ms)", pass.name(), ms);
+    KILN_LOG(INFO) << line;
+  }
+  std::string dumped;
+  if (!options_.dump_ir.empty()) {
+    dumped = fmt::format(" (module dumped to {}/{:02d}_{}.ir)", options_.dump_ir, dump_index_, pass.name());
+    KILN_RETURN_IF_ERROR(dump(module, pass.name()));
+  }
+  if (options_.verify_each) {
+    Status s = ops::verify(module);
+    if (!s.ok()) {
+      return internal_error("verification failed after pass '{}'{}: {}", pass.name(), dumped, s.message());
+    }
+  }
+  return changed;
+}
+
+Result<bool> Pipeline::run(ir::Module& module) {
+  dump_index_ = 0;
+  if (options_.verify_each) {
+    Status s = ops::verify(module);
+    if (!s.ok()) return invalid_argument("the pipeline's input does not verify: {}", s.message());
+  }
+  KILN_RETURN_IF_ERROR(dump(module, "input"));
+  bool changed = false;
+  for (Stage& stage : stages_) {
+    if (!stage.fixed_point) {
+      KILN_ASSIGN_OR_RETURN(bool c, run_pass(*stage.passes[0], module));
+      changed = changed || c;
+      continue;
+    }
+    bool converged = false;
+    std::vector<std::string> last_changed;
+    for (int iteration = 1; iteration <= options_.max_fixed_point_iterations; ++iteration) {
+      last_changed.clear();
+      for (auto& pass : stage.passes) {
+        KILN_ASSIGN_OR_RETURN(bool c, run_pass(*pass, module));
+        if (c) last_changed.emplace_back(pass->name());
+      }
+      if (last_changed.empty()) {
+        converged = true;
+        if (options_.verbose || verbosity() >= 1) {
+          KILN_LOG(INFO) << "fixed-point group '" << stage.name << "' converged after " << iteration << " iterations";
+        }
+        break;
+      }
+      changed = true;
+    }
+    if (!converged) {
+      std::string message = fmt::format(
+          "fixed-point group '{}' did not converge in {} iterations: the last one still changed the module in {}; "
+          "its passes may be undoing each other's rewrites",
+          stage.name, options_.max_fixed_point_iterations, fmt::join(last_changed, ", "));
+      if (options_.fixed_point_cap_is_error) return internal_error("{}", message);
+      KILN_LOG(WARNING) << message;
+    }
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes

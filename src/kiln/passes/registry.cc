@@ -1,0 +1,100 @@
+#include "kiln/passes/registry.h"
+
+#include <fmt/format.h>
+
+#include "kiln/base/strings.h"
+#include "kiln/passes/cse.h"
+#include "kiln/passes/dce.h"
+#include "kiln/passes/simplify.h"
+
+namespace kiln::passes {
+
+const std::vector<PassInfo>& registered_passes() {
+  static const std::vector<PassInfo> passes = {
+      {"dce", "removes unused instructions and uncalled computations", [] { return std::make_unique<DcePass>(); }},
+      {"cse", "merges instructions that compute the same value", [] { return std::make_unique<CsePass>(); }},
+      {"simplify", "algebraic identities, transpose/reshape folding, constant folding",
+       [] { return std::make_unique<SimplifyPass>(); }},
+  };
+  return passes;
+}
+
+std::vector<std::string> registered_pass_names() {
+  std::vector<std::string> names;
+  for (const PassInfo& info : registered_passes()) names.emplace_back(info.name);
+  return names;
+}
+
+Result<std::unique_ptr<Pass>> make_pass(std::string_view name) {
+  for (const PassInfo& info : registered_passes()) {
+    if (info.name == name) return info.make();
+  }
+  std::vector<std::string> names = registered_pass_names();
+  std::string suggestion = closest_match(name, names);
+  return invalid_argument("unknown pass '{}'{}; known passes: {} (and 'default', 'fix(a,b,...)')", name,
+                          suggestion.empty() ? "" : fmt::format(" (did you mean '{}'?)", suggestion),
+                          fmt::join(names, ", "));
+}
+
+Pipeline default_pipeline(PipelineOptions options) {
+  Pipeline p(std::move(options));
+  // First, so the fixed-point group never spends time on values nothing uses.
+  p.add(std::make_unique<DcePass>());
+  // Simplification exposes duplicates (two folded chains become equal), merging duplicates
+  // lets identities on shared operands match (select(p, a, a)), and both leave dead values
+  // behind: repeat the three until none of them changes anything.
+  p.add_fixed_point("simplify", make_passes(std::make_unique<SimplifyPass>(), std::make_unique<CsePass>(),
+                                            std::make_unique<DcePass>()));
+  return p;
+}
+
+namespace {
+
+// Splits "a, fix(b,c), d" at top-level commas.
+Result<std::vector<std::string>> split_top_level(std::string_view spec) {
+  std::vector<std::string> items;
+  std::string current;
+  int depth = 0;
+  for (char c : spec) {
+    if (c == '(') ++depth;
+    if (c == ')' && --depth < 0) return invalid_argument("unbalanced ')' in pass list '{}'", spec);
+    if (c == ',' && depth == 0) {
+      items.emplace_back(trim(current));
+      current.clear();
+      continue;
+    }
+    current += c;
+  }
+  if (depth != 0) return invalid_argument("unbalanced '(' in pass list '{}'", spec);
+  items.emplace_back(trim(current));
+  return items;
+}
+
+}  // namespace
+
+Result<Pipeline> pipeline_from_spec(std::string_view spec, PipelineOptions options) {
+  if (trim(spec) == "default") return default_pipeline(std::move(options));
+  Pipeline p(std::move(options));
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> items, split_top_level(spec));
+  for (const std::string& item : items) {
+    if (item.empty()) return invalid_argument("empty pass name in pass list '{}'", spec);
+    if (starts_with(item, "fix(") && item.back() == ')') {
+      std::string inner = item.substr(4, item.size() - 5);
+      KILN_ASSIGN_OR_RETURN(std::vector<std::string> names, split_top_level(inner));
+      std::vector<std::unique_ptr<Pass>> group;
+      for (const std::string& name : names) {
+        if (name.find('(') != std::string::npos) return invalid_argument("fix(...) groups do not nest: '{}'", item);
+        KILN_ASSIGN_OR_RETURN(std::unique_ptr<Pass> pass, make_pass(name));
+        group.push_back(std::move(pass));
+      }
+      p.add_fixed_point(inner, std::move(group));
+      continue;
+    }
+    if (item == "default") return invalid_argument("'default' is a whole pipeline; it cannot be combined with other passes");
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Pass> pass, make_pass(item));
+    p.add(std::move(pass));
+  }
+  return p;
+}
+
+}  // namespace kiln::passes
