@@ -1,0 +1,27 @@
+# Runs one `kiln` command and checks its exit code and output (cmake -P, for CTest):
+#   -DCOMMAND="path;arg;..." -DEXPECT_RC=N [-DEXPECT_STDOUT_FILE=F] [-DEXPECT_STDOUT=text]
+#   [-DEXPECT_STDOUT_REGEX=re] [-DEXPECT_STDERR_REGEX=re] [-DWORKING_DIRECTORY=dir]
+if(NOT WORKING_DIRECTORY)
+  set(WORKING_DIRECTORY .)
+endif()
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                WORKING_DIRECTORY ${WORKING_DIRECTORY})
+set(context "command: ${COMMAND}\nexit code: ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+if(NOT rc STREQUAL EXPECT_RC)
+  message(FATAL_ERROR "expected exit code ${EXPECT_RC}\n${context}")
+endif()
+if(DEFINED EXPECT_STDOUT_FILE)
+  file(READ ${EXPECT_STDOUT_FILE} want)
+  if(NOT out STREQUAL want)
+    message(FATAL_ERROR "stdout differs from ${EXPECT_STDOUT_FILE}:\n${want}\n${context}")
+  endif()
+endif()
+if(DEFINED EXPECT_STDOUT AND NOT out STREQUAL EXPECT_STDOUT)
+  message(FATAL_ERROR "expected stdout:\n${EXPECT_STDOUT}\n${context}")
+endif()
+if(DEFINED EXPECT_STDOUT_REGEX AND NOT out MATCHES "${EXPECT_STDOUT_REGEX}")
+  message(FATAL_ERROR "stdout does not match ${EXPECT_STDOUT_REGEX}\n${context}")
+endif()
+if(DEFINED EXPECT_STDERR_REGEX AND NOT err MATCHES "${EXPECT_STDERR_REGEX}")
+  message(FATAL_ERROR "stderr does not match ${EXPECT_STDERR_REGEX}\n${context}")
+endif()
