@@ -1,7 +1,13 @@
 # Kiln's entry points. Every target installs what is missing first (scripts/setup.sh).
+#   make run     set up, build, then run `build/kiln config $(RUN_ARGS)`
+#   make test    set up, build, run every test (ctest)
+#   make build   set up and build only
+#   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
+#   make bench   benchmarks (none yet)
 BUILD_DIR ?= build
-JOBS ?= $(shell nproc)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+RUN_ARGS ?=
 
 .PHONY: setup configure build run test asan bench clean
 
@@ -14,14 +20,18 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Until the trainer exists this prints the resolved default config.
 run: build
-	$(BUILD_DIR)/kiln config
+	$(BUILD_DIR)/kiln config $(RUN_ARGS)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
+# RelWithDebInfo keeps assertions and debug info; the sanitizers make every test fail on
+# the first error instead of printing and carrying on.
 asan:
-	@$(MAKE) test BUILD_DIR=build-asan CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON"
+	@$(MAKE) test BUILD_DIR=build-asan \
+	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON"
 
 bench: build
 	@echo "no benchmarks yet"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package Kiln needs. Idempotent: when everything is present it only
-# checks (dpkg-query) and returns in well under a second; otherwise it runs `apt-get update`
-# once and installs what is missing. Nothing is downloaded from anywhere but Debian.
+# Installs every Debian package Kiln needs. Idempotent and fast: when everything is present
+# it is one dpkg-query call; otherwise it runs `apt-get update` once and installs only what
+# is missing. Nothing is downloaded from anywhere but Debian.
 set -euo pipefail
 
 PACKAGES=(
@@ -12,11 +12,13 @@ PACKAGES=(
   python3 python3-numpy python3-torch
 )
 
+# One query for all packages; a package that is not installed (or unknown to dpkg) is
+# missing from the "installed" list.
+installed=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PACKAGES[@]}" 2>/dev/null |
+  awk '$2 == "installed" { print $1 }' || true)
 missing=()
 for p in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
+  if ! grep -qx "$p" <<<"$installed"; then missing+=("$p"); fi
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
