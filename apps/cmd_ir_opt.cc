@@ -65,7 +65,7 @@ std::function<int()> add_ir_opt_command(CLI::App& cmd) {
   cmd.footer(footer);
   return [opts]() -> int {
     passes::PipelineOptions options;
-    options.verify_each = opts->verify_each;
+    options.verify_each = options.verify_each || opts->verify_each;  // debug builds verify anyway
     options.dump_ir = opts->dump_ir;
     auto pipeline = passes::pipeline_from_spec(opts->passes, options);
     if (!pipeline.ok()) return report_error(pipeline.status().with_context("--passes"));

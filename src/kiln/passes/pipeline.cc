@@ -114,7 +114,7 @@ Result<bool> Pipeline::run(ir::Module& module) {
       if (last_changed.empty()) {
         converged = true;
         if (options_.verbose || verbosity() >= 1) {
-          KILN_LOG(INFO) << "fixed-point group '" << stage.name << "' converged after " << iteration << " iterations";
+          KILN_LOG(INFO) << "fixed-point group '" << stage.name << "' reached its fixed point in iteration " << iteration;
         }
         break;
       }

@@ -84,8 +84,8 @@ class Simplifier {
     return nullptr;
   }
 
-  void decline(const Instr* instr, std::string_view reason) {
-    KILN_VLOG(2) << "simplify: %" << instr->id() << " kept: " << reason;
+  void decline(const Instr* instr, std::string_view reason, int level = 2) {
+    KILN_VLOG(level) << "simplify: %" << instr->id() << " kept: " << reason;
   }
 
   // Replaces `instr` with `existing`, an instruction already in the computation, unless
@@ -270,8 +270,11 @@ class Simplifier {
       return nullptr;
     }
     if (n > operand_elements) {
-      decline(instr, fmt::format("constant operands, but folding would grow a constant from {} to {} elements",
-                                 operand_elements, n));
+      // Routine (every broadcast of a constant), so only at level 3.
+      decline(instr,
+              fmt::format("constant operands, but folding would grow a constant from {} to {} elements",
+                          operand_elements, n),
+              3);
       return nullptr;
     }
     std::vector<const ir::Literal*> args;

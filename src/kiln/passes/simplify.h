@@ -22,7 +22,8 @@
 // constant with equal elements) folds at any size to a broadcast of one scalar constant.
 //
 // A rule that would replace a value by another with a different sharding declines. Every
-// decline that matters is logged with its reason at KILN_VLOG(2). Instructions made dead by
+// decline is logged with its reason at KILN_VLOG(2), except the routine one for broadcasts
+// of constants (folding would grow them), which logs at KILN_VLOG(3). Instructions made dead by
 // a rewrite are removed; dead code that was there before is left to DcePass.
 #pragma once
 
