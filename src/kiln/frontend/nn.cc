@@ -51,7 +51,8 @@ Tensor dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   const int64_t group = h / kv;
   // Query head h = kv_head * group + g.
   Tensor qg = q.reshape({b, t, kv, group, dh});                                          // [B, T, K, G, Dh]
-  Tensor logits = einsum("btkgd,bskd->bkgts", qg, k).astype(DType::kF32) * scale;        // [B, K, G, T, S]
+  const DType stats = stats_dtype(q.dtype());
+  Tensor logits = einsum("btkgd,bskd->bkgts", qg, k).astype(stats) * scale;              // [B, K, G, T, S]
   Tensor mask = allowed.broadcast_to({b, t, s}).reshape({b, 1, 1, t, s});
   // -0.7 * float32 max, as MaxText: exp() of it minus any row max is exactly 0.
   constexpr double kMaskValue = -0.7 * 3.4028234663852886e38;
@@ -60,7 +61,7 @@ Tensor dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   Tensor sink;
   if (sinks.valid()) {
     KILN_CHECK(sinks.rank() == 1 && sinks.dim(0) == h) << "sinks must be [" << h << "]";
-    sink = sinks.astype(DType::kF32).reshape({1, kv, group, 1, 1});
+    sink = sinks.astype(stats).reshape({1, kv, group, 1, 1});
     shift = maximum(shift, stop_gradient(sink));
   }
   Tensor e = exp(logits - shift);

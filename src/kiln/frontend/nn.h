@@ -32,8 +32,9 @@ Tensor clamped_swiglu(const Tensor& gate, const Tensor& up, double alpha, double
 //   needs at least one true entry, e.g. the diagonal of a causal mask);
 //   sinks: [H] or an empty Tensor: one extra learned logit per head appended to every
 //   softmax row, whose probability is then dropped (GPT-OSS), so a row's weights sum to < 1.
-// logits = scale * q.k are formed in q's dtype and the softmax runs in float32; the result
-// [B, T, H, Dh] is in q's dtype. Masked logits get a large finite negative value.
+// logits = scale * q.k are formed in q's dtype and the softmax runs in float32 (float64 for
+// float64 inputs); the result [B, T, H, Dh] is in q's dtype. Masked logits get a large
+// finite negative value.
 Tensor dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed,
                              double scale, const Tensor& sinks = Tensor());
 

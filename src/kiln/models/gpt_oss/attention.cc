@@ -1,0 +1,52 @@
+// GPT-OSS self-attention (spec §1.2 steps 4-10, §1.3): q/k/v projections with biases, RoPE
+// on the batch's positions, grouped-query attention with per-head sinks under a causal,
+// segment and (on sliding layers) window mask, and the output projection with bias.
+#include <cmath>
+
+#include "kiln/frontend/graph.h"
+#include "kiln/frontend/nn.h"
+#include "kiln/models/gpt_oss/layers.h"
+
+namespace kiln::models::gpt_oss {
+
+using frontend::Tensor;
+
+Tensor attention_mask(const Tensor& segmentation, int64_t window) {
+  frontend::Graph& g = *segmentation.graph();
+  const int64_t t = segmentation.dim(1);
+  Tensor query = g.iota({t, t}, 0), key = g.iota({t, t}, 1);                         // [T, T] s32
+  Tensor allowed = key <= query;
+  if (window > 0) allowed = allowed && (key > query - static_cast<double>(window));  // W keys including self
+  Tensor same_segment = frontend::equal(segmentation.expand_dims(2), segmentation.expand_dims(1));  // [B, T, T]
+  return allowed && same_segment;
+}
+
+Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x,
+                 const Tensor& positions, const Tensor& allowed, const std::vector<double>& inv_freq) {
+  frontend::Graph& g = *x.graph();
+  auto scope = g.scope(prefix);
+  auto project = [&](const char* name, std::vector<std::string> axes) {
+    Tensor y = frontend::einsum("btd,dhk->bthk", x, p(prefix + "." + name + ".kernel"));
+    if (c.attention_bias) y = y + p(prefix + "." + name + ".bias");
+    return y.named(std::string(name) + "_proj").axes(std::move(axes));
+  };
+  // [B, T, H, Dh] and [B, T, K, Dh]
+  Tensor q = project("query", {"activation_batch", "activation_length", "activation_heads", "activation_kv"});
+  Tensor k = project("key", {"activation_batch", "activation_length", "activation_kv_heads", "activation_kv_head_dim"});
+  Tensor v = project("value", {"activation_batch", "activation_length", "activation_kv_heads", "activation_kv_head_dim"});
+
+  const double rope_scale = rope_cos_sin_scale(c.rope);
+  const bool interleave = c.rope.type == "yarn" && c.rope.interleave;
+  q = apply_rope(q, positions, inv_freq, rope_scale, interleave).named("query_rope");
+  k = apply_rope(k, positions, inv_freq, rope_scale, interleave).named("key_rope");
+
+  Tensor sinks = c.attention_sink ? p.raw(prefix + ".sinks") : Tensor();
+  Tensor context = frontend::nn::dot_product_attention(q, k, v, allowed, 1.0 / std::sqrt(static_cast<double>(c.head_dim)), sinks)
+                       .named("context")
+                       .axes({"activation_batch", "activation_length", "activation_heads", "activation_kv"});  // [B, T, H, Dh]
+  Tensor out = frontend::einsum("bthk,hkd->btd", context, p(prefix + ".out.kernel"));  // [B, T, D]
+  if (c.attention_bias) out = out + p(prefix + ".out.bias");
+  return out.named("out_proj").axes({"activation_batch", "activation_length", "activation_embed"});
+}
+
+}  // namespace kiln::models::gpt_oss

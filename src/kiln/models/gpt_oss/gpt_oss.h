@@ -1,0 +1,126 @@
+// GPT-OSS (OpenAI's open-weight MoE decoder), exactly as published, and the dense
+// Llama-style models that its switches give (spec/gpt-oss-maxtext.md §1.2):
+//
+//   x = embed[tokens]                                           [B, T, D], no scaling
+//   for each layer l:
+//     x += attention(rms_norm(x))   q/k/v/o biases, GQA, YaRN RoPE on the batch positions,
+//                                   per-head sinks, sliding window on even layers,
+//                                   causal and segment masks
+//     x += mlp(rms_norm(x))         MoE: router with bias, top-k on raw logits, softmax over
+//                                   the k picked, clamped-SwiGLU experts with biases
+//   logits = rms_norm(x) @ unembed                              [B, T, V] in float32
+//   loss = xent_sum / total_weights + z-loss + mean over layers of the load-balance loss
+//
+// Parameters (names, MaxText layouts and logical axes; N is the layer index):
+//   token_embedder.embedding                        [V, D]        (vocab, embed_vocab)
+//   layers.N.pre_self_attention_layer_norm.scale    [D]           (norm)
+//   layers.N.self_attention.query.kernel            [D, H, Dh]    (embed, q_heads, kv)
+//   layers.N.self_attention.query.bias              [H, Dh]       (q_heads, kv)             attention_bias
+//   layers.N.self_attention.{key,value}.kernel      [D, K, Dh]    (embed, kv_heads, kv_head_dim)
+//   layers.N.self_attention.{key,value}.bias        [K, Dh]       (kv_heads, kv_head_dim)   attention_bias
+//   layers.N.self_attention.out.kernel              [H, Dh, D]    (heads, kv, embed)
+//   layers.N.self_attention.out.bias                [D]           (embed)                   attention_bias
+//   layers.N.self_attention.sinks                   [H]           (replicated)              attention_sink
+//   layers.N.post_self_attention_layer_norm.scale   [D]           (norm)
+//   MoE (num_experts > 1), expert width I = moe_mlp_dim:
+//   layers.N.mlp.gate.kernel                        [D, E]        (embed, -)
+//   layers.N.mlp.gate.bias                          [E]           (-)                       routed_bias
+//   layers.N.mlp.wi_0, layers.N.mlp.wi_1            [E, D, I]     (exp, embed_moe, mlp_moe) gate and up
+//   layers.N.mlp.wi_0_bias, layers.N.mlp.wi_1_bias  [E, I]        (exp, activation_mlp)     mlp_bias
+//   layers.N.mlp.wo                                 [E, I, D]     (exp, mlp_moe, embed_moe)
+//   layers.N.mlp.wo_bias                            [E, D]        (exp, activation_embed)   mlp_bias
+//   Dense MLP (num_experts == 1), width F = mlp_dim:
+//   layers.N.mlp.wi_0.kernel, layers.N.mlp.wi_1.kernel  [D, F]    (embed, mlp)   wi_1 only for a gated pair
+//   layers.N.mlp.wi_0.bias, layers.N.mlp.wi_1.bias      [F]       (mlp)                     mlp_bias
+//   layers.N.mlp.wo.kernel                          [F, D]        (mlp, embed)
+//   layers.N.mlp.wo.bias                            [D]           (embed)                   mlp_bias
+//   decoder_norm.scale                              [D]           (norm)
+//   logits_dense.kernel                             [D, V]        (embed_vocab, vocab)      unless logits_via_embedding
+//
+// Hugging Face's gate_up_proj [E, D, 2I] holds wi_0 in its even and wi_1 in its odd columns;
+// q_proj.weight [H*Dh, D] is query.kernel reshaped to [D, H*Dh] and transposed, and so on.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/config/config.h"
+#include "kiln/models/model.h"
+
+namespace kiln::models::gpt_oss {
+
+struct RopeConfig {
+  std::string type = "default";  // default | yarn
+  int64_t head_dim = 0;
+  double min_timescale = 1.0;
+  double max_timescale = 10000.0;  // theta
+  // YaRN.
+  double factor = 1.0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  int64_t original_max_position = 4096;
+  bool truncate = true;
+  bool attention_scaling = false;  // multiply cos/sin by 0.1 * mscale * ln(factor) + 1
+  double mscale = 1.0;
+  bool interleave = false;  // rotate (2i, 2i+1) pairs (YaRN only; default RoPE rotates halves)
+};
+
+// Inverse frequencies [head_dim / 2], computed in double on the host (spec §1.4).
+std::vector<double> rope_inv_freq(const RopeConfig& rope);
+// The factor cos and sin are multiplied by (YaRN's concentration; 1 when off).
+double rope_cos_sin_scale(const RopeConfig& rope);
+
+struct GptOssConfig {
+  int64_t vocab = 0, emb = 0, heads = 0, kv_heads = 0, head_dim = 0, layers = 0;
+  int64_t num_experts = 1, top_k = 1;
+  int64_t mlp_dim = 0;  // expert width (MoE) or dense MLP width
+  double eps = 1e-5;
+  bool attention_bias = false, attention_sink = false;
+  int64_t sliding_window = 0;  // keys (including self) a sliding layer sees; 0 = all layers full
+  RopeConfig rope;
+  std::vector<std::string> mlp_activations{"silu", "linear"};
+  double activations_limit = -1.0;
+  bool mlp_bias = false, routed_bias = false, norm_topk_prob = false, float32_weight_sum = true;
+  double routed_scaling_factor = 1.0;
+  double load_balance_loss_weight = 0.0;
+  double z_loss_multiplier = 0.0;
+  bool logits_via_embedding = false, cast_logits_to_fp32 = true;
+  ir::DType dtype = ir::DType::kF32;         // activations and matmuls
+  ir::DType weight_dtype = ir::DType::kF32;  // parameters
+
+  // Reads and checks the keys above; errors name the key.
+  static Result<GptOssConfig> from(const config::Config& config);
+  bool is_moe() const { return num_experts > 1; }
+  // GPT-OSS alternates: even layers sliding (when sliding_window > 0), odd layers full.
+  bool is_sliding(int64_t layer) const { return sliding_window > 0 && layer % 2 == 0; }
+};
+
+class GptOss final : public Model {
+ public:
+  explicit GptOss(GptOssConfig config);
+  const GptOssConfig& config() const { return config_; }
+
+  const std::vector<ParamSpec>& params() const override { return specs_; }
+  LossOutputs loss(frontend::Graph& g, std::span<const frontend::Tensor> params, const Batch& batch) const override;
+  frontend::Tensor logits(frontend::Graph& g, std::span<const frontend::Tensor> params,
+                          const Batch& batch) const override;
+
+  // Index of a parameter in params() by name (-1 if the config has no such parameter).
+  int index(const std::string& name) const;
+
+ private:
+  struct Forward {
+    frontend::Tensor logits;                     // [B, T, V]
+    std::vector<frontend::Tensor> moe_lb_losses;  // per MoE layer, weighted, f32 []
+  };
+  Forward forward(frontend::Graph& g, std::span<const frontend::Tensor> params, const Batch& batch) const;
+  void build_specs();
+
+  GptOssConfig config_;
+  std::vector<ParamSpec> specs_;
+  std::map<std::string, int> index_;
+  std::vector<double> inv_freq_;
+};
+
+}  // namespace kiln::models::gpt_oss

@@ -1,0 +1,52 @@
+// The pieces of a GPT-OSS layer, one file each (attention.cc, mlp.cc, rope.cc). Internal to
+// models/gpt_oss: gpt_oss.cc composes them into the decoder.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/frontend/tensor.h"
+#include "kiln/models/gpt_oss/gpt_oss.h"
+
+namespace kiln::models::gpt_oss {
+
+// The traced parameters of one trace, looked up by name.
+class ParamTable {
+ public:
+  ParamTable(const GptOss& model, std::span<const frontend::Tensor> values) : model_(model), values_(values) {}
+  bool has(const std::string& name) const { return model_.index(name) >= 0; }
+  // The parameter as stored (weight_dtype).
+  frontend::Tensor raw(const std::string& name) const;
+  // The parameter cast to the compute dtype, as every matmul uses it.
+  frontend::Tensor operator()(const std::string& name) const;
+
+ private:
+  const GptOss& model_;
+  std::span<const frontend::Tensor> values_;
+};
+
+// Rotates x [B, T, N, Dh] by angles positions [B, T] (s32) * inv_freq [Dh/2]; cos and sin
+// are multiplied by `scale`. Halves (a, b) -> (a cos - b sin, b cos + a sin); with
+// `interleave` the pairs are (x[2i], x[2i+1]) and the result is written as halves, as
+// MaxText's YaRN does. Computed in float32, returned in x's dtype.
+frontend::Tensor apply_rope(const frontend::Tensor& x, const frontend::Tensor& positions,
+                            const std::vector<double>& inv_freq, double scale, bool interleave);
+
+// pred [B, T, T]: query i may see key j (causal, same segment, and i - j < window when
+// window > 0).
+frontend::Tensor attention_mask(const frontend::Tensor& segmentation, int64_t window);
+
+// x: [B, T, D] (already normalised) -> [B, T, D]. `prefix` is "layers.N.self_attention".
+frontend::Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& prefix,
+                           const frontend::Tensor& x, const frontend::Tensor& positions,
+                           const frontend::Tensor& allowed, const std::vector<double>& inv_freq);
+
+struct MlpOutputs {
+  frontend::Tensor out;      // [B, T, D]
+  frontend::Tensor lb_loss;  // f32 [], weighted load-balance loss (invalid for a dense MLP or weight 0)
+};
+// x: [B, T, D] (already normalised). `prefix` is "layers.N.mlp".
+MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const frontend::Tensor& x);
+
+}  // namespace kiln::models::gpt_oss

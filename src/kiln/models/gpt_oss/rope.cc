@@ -1,0 +1,77 @@
+// Rotary position embeddings: the inverse frequencies (plain RoPE or YaRN, spec §1.4),
+// computed once on the host in double, and their application to q and k.
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "kiln/base/check.h"
+#include "kiln/frontend/graph.h"
+#include "kiln/models/gpt_oss/layers.h"
+
+namespace kiln::models::gpt_oss {
+
+using frontend::Tensor;
+
+std::vector<double> rope_inv_freq(const RopeConfig& r) {
+  const int64_t d = r.head_dim, half = d / 2;
+  std::vector<double> inv(half);
+  if (r.type != "yarn") {
+    // MaxText RotaryEmbedding: timescale_i = min * (max / min)^(2i / d).
+    for (int64_t i = 0; i < half; ++i) {
+      double fraction = 2.0 * static_cast<double>(i) / static_cast<double>(d);
+      inv[i] = 1.0 / (r.min_timescale * std::pow(r.max_timescale / r.min_timescale, fraction));
+    }
+    return inv;
+  }
+  // YaRN: blend the original frequency (extrapolation) and the frequency divided by the
+  // factor (interpolation) with a linear ramp over the "correction range" of dimensions,
+  // the dimensions whose wavelength turns between beta_fast and beta_slow times over the
+  // original context.
+  const double theta = r.max_timescale;
+  auto correction_dim = [&](double rotations) {
+    return static_cast<double>(d) *
+           std::log(static_cast<double>(r.original_max_position) / (rotations * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(theta));
+  };
+  double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+  if (r.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(d - 1));
+  if (low == high) high += 0.001;  // avoid a zero-width ramp
+  for (int64_t i = 0; i < half; ++i) {
+    double extrapolation = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    double interpolation = extrapolation / r.factor;
+    double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    inv[i] = ramp * interpolation + (1.0 - ramp) * extrapolation;
+  }
+  return inv;
+}
+
+double rope_cos_sin_scale(const RopeConfig& r) {
+  if (r.type != "yarn" || !r.attention_scaling || r.factor <= 1.0) return 1.0;
+  return 0.1 * r.mscale * std::log(r.factor) + 1.0;
+}
+
+Tensor apply_rope(const Tensor& x, const Tensor& positions, const std::vector<double>& inv_freq, double scale,
+                  bool interleave) {
+  frontend::Graph& g = *x.graph();
+  const int64_t b = x.dim(0), t = x.dim(1), dh = x.dim(3), half = dh / 2;
+  KILN_CHECK_EQ(static_cast<int64_t>(inv_freq.size()), half);
+  Tensor freq = g.constant(ir::Literal(frontend::f32({half}), inv_freq));               // [Dh/2]
+  Tensor angles = positions.astype(ir::DType::kF32).reshape({b, t, 1, 1}) * freq;           // [B, T, 1, Dh/2]
+  Tensor cos_a = cos(angles), sin_a = sin(angles);
+  if (scale != 1.0) {
+    cos_a = cos_a * scale;
+    sin_a = sin_a * scale;
+  }
+  Tensor xf = x.astype(ir::DType::kF32);
+  Tensor first = interleave ? xf.slice(-1, 0, dh, 2) : xf.slice(-1, 0, half);            // [B, T, N, Dh/2]
+  Tensor second = interleave ? xf.slice(-1, 1, dh, 2) : xf.slice(-1, half, dh);
+  Tensor rotated = frontend::concatenate({first * cos_a - second * sin_a, second * cos_a + first * sin_a}, -1);
+  return rotated.astype(x.dtype());
+}
+
+}  // namespace kiln::models::gpt_oss
