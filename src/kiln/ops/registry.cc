@@ -33,6 +33,7 @@ const OpTable& registry() {
     register_dot_ops(*t);
     register_index_ops(*t);
     register_sort_ops(*t);
+    register_fusion_ops(*t);
     return t;
   }();
   return *table;

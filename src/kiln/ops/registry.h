@@ -134,5 +134,6 @@ void register_reduce_ops(OpTable& table);
 void register_dot_ops(OpTable& table);
 void register_index_ops(OpTable& table);
 void register_sort_ops(OpTable& table);
+void register_fusion_ops(OpTable& table);
 
 }  // namespace kiln::ops

@@ -5,6 +5,7 @@
 #include "kiln/base/strings.h"
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
+#include "kiln/passes/fusion.h"
 #include "kiln/passes/simplify.h"
 
 namespace kiln::passes {
@@ -15,6 +16,8 @@ const std::vector<PassInfo>& registered_passes() {
       {"cse", "merges instructions that compute the same value", [] { return std::make_unique<CsePass>(); }},
       {"simplify", "algebraic identities, transpose/reshape folding, constant folding",
        [] { return std::make_unique<SimplifyPass>(); }},
+      {"fusion", "groups elementwise ops into loop fusions (one generated kernel each)",
+       [] { return std::make_unique<FusionPass>(); }},
   };
   return passes;
 }

@@ -1,0 +1,47 @@
+// The backend interface: compile a module once into an Executable, then run it step after
+// step. Free of CPU assumptions so a CUDA backend can implement it too.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/buffer.h"
+#include "kiln/base/status.h"
+#include "kiln/ir/instr.h"
+
+namespace kiln::backend {
+
+struct CompileOptions {
+  std::string dump_dir;        // "" = none: else the optimized IR and kernel sources go here
+  std::string cache_dir;       // "" = $KILN_CACHE_DIR or ~/.cache/kiln
+  bool verify_each = false;    // verify the module after every pass
+  bool fuse = true;            // turn off to run every op as its own kernel (debugging)
+};
+
+// What compilation made of the module, for `kiln compile` and tests.
+struct CompileReport {
+  int64_t instructions_before = 0;
+  int64_t instructions_after = 0;
+  int64_t fused_kernels = 0;     // generated loop kernels (after deduplication: unique_kernels)
+  int64_t unique_kernels = 0;
+  int64_t gemms = 0;
+  int64_t library_kernels = 0;   // hand-written native kernels (gather, sort, ...)
+  int64_t fallback_kernels = 0;  // ops run through the reference evaluation (slow path)
+  int64_t kernels_compiled = 0;  // kernels the system compiler built this time (0 when cached)
+  double compile_seconds = 0;
+};
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Runs the entry computation; a tuple root gives one Buffer per element.
+  virtual Result<std::vector<Buffer>> run(std::span<const Buffer> args) = 0;
+  virtual const CompileReport& report() const = 0;
+};
+
+// Compiles `module` for this machine's CPU.
+Result<std::unique_ptr<Executable>> compile_cpu(const ir::Module& module, const CompileOptions& options);
+
+}  // namespace kiln::backend

@@ -1,0 +1,75 @@
+#include "kiln/backend/buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kiln/base/check.h"
+
+namespace kiln::backend {
+
+namespace {
+std::shared_ptr<std::byte[]> allocate(int64_t bytes) {
+  size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, size);
+  KILN_CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
+  return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+}
+}  // namespace
+
+Buffer::Buffer(ir::Shape shape) : shape_(std::move(shape)) {
+  KILN_CHECK(!shape_.is_tuple()) << "Buffer of tuple shape " << shape_.to_string();
+  data_ = allocate(shape_.byte_size());
+}
+
+Buffer Buffer::zeros(ir::Shape shape) {
+  Buffer b(std::move(shape));
+  std::memset(b.data(), 0, static_cast<size_t>(b.byte_size()));
+  return b;
+}
+
+Buffer Buffer::from_literal(const ir::Literal& literal) {
+  Buffer b(literal.shape());
+  for (int64_t i = 0; i < b.num_elements(); ++i) b.set(i, literal.at(i));
+  return b;
+}
+
+double Buffer::get(int64_t i) const {
+  switch (shape_.dtype()) {
+    case ir::DType::kPred: return as<uint8_t>()[i] ? 1.0 : 0.0;
+    case ir::DType::kS32: return as<int32_t>()[i];
+    case ir::DType::kU32: return as<uint32_t>()[i];
+    case ir::DType::kBF16: return ir::bf16_bits_to_float(as<uint16_t>()[i]);
+    case ir::DType::kF32: return as<float>()[i];
+    case ir::DType::kF64: return as<double>()[i];
+  }
+  return 0;
+}
+
+void Buffer::set(int64_t i, double value) {
+  double v = ir::round_to_dtype(shape_.dtype(), value);
+  switch (shape_.dtype()) {
+    case ir::DType::kPred: as<uint8_t>()[i] = v != 0.0; break;
+    case ir::DType::kS32: as<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case ir::DType::kU32: as<uint32_t>()[i] = static_cast<uint32_t>(v); break;
+    case ir::DType::kBF16: as<uint16_t>()[i] = ir::float_to_bf16_bits(static_cast<float>(v)); break;
+    case ir::DType::kF32: as<float>()[i] = static_cast<float>(v); break;
+    case ir::DType::kF64: as<double>()[i] = v; break;
+  }
+}
+
+ir::Literal Buffer::to_literal() const {
+  std::vector<double> values(num_elements());
+  for (int64_t i = 0; i < num_elements(); ++i) values[i] = get(i);
+  return ir::Literal(shape_, std::move(values));
+}
+
+Buffer Buffer::view(ir::Shape shape) const {
+  KILN_CHECK_EQ(shape.byte_size(), shape_.byte_size()) << "view " << shape_.to_string() << " as " << shape.to_string();
+  Buffer b;
+  b.shape_ = std::move(shape);
+  b.data_ = data_;
+  return b;
+}
+
+}  // namespace kiln::backend

@@ -1,0 +1,26 @@
+// C++ source for loop fusions. The elemental expression comes from each op's registry
+// snippet; the loop plan (here: one flat loop over the result, split across threads by
+// OpenMP, vectorized by the compiler) is chosen separately and never changes the
+// expression (CONVENTIONS example 7).
+//
+// Generated function, for a fusion with n operands:
+//   extern "C" void <name>(const void* const* in, void* out, int64_t count);
+#pragma once
+
+#include <string>
+
+#include "kiln/ir/instr.h"
+
+namespace kiln::backend::cpu {
+
+// The helpers every kernel source starts with (bf16 loads/stores, saturating converts).
+const std::string& kernel_prelude();
+
+// The body of one loop fusion as a C++ function named `name`.
+std::string loop_kernel_source(const ir::Computation& body, const std::string& name);
+
+// Name derived from the source itself, so identical fusions (the same code in every layer)
+// share one kernel.
+std::string kernel_name_for(const ir::Computation& body);
+
+}  // namespace kiln::backend::cpu

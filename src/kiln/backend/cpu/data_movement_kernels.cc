@@ -1,0 +1,191 @@
+// Native kernels for pure data movement (any dtype): broadcast, transpose, reshape, copy,
+// slice, concatenate, gather and scatter_add. Each precomputes strides at compile time.
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/strided_copy.h"
+#include "kiln/base/check.h"
+
+namespace kiln::backend::cpu {
+
+namespace {
+
+using ir::Instr;
+
+bool any(const Instr&) { return true; }
+
+Kernel broadcast_kernel(const Instr& instr) {
+  const auto& out_dims = instr.shape().dims();
+  const auto& in_shape = instr.operand(0)->shape();
+  std::vector<int64_t> in_row = ir::row_major_strides(in_shape.dims());
+  std::vector<int64_t> strides(out_dims.size(), 0);
+  const auto& dims = instr.attrs().get_ints("dims");
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (in_shape.dim(static_cast<int>(i)) == out_dims[dims[i]]) strides[dims[i]] = in_row[i];
+  }
+  int size = ir::dtype_size(in_shape.dtype());
+  return [out_dims, strides, size](std::span<const Value* const> in, Value& out) {
+    strided_copy(out[0].data(), (*in[0])[0].data(), size, out_dims, strides, 0);
+  };
+}
+
+Kernel transpose_kernel(const Instr& instr) {
+  const auto& perm = instr.attrs().get_ints("perm");
+  std::vector<int64_t> in_row = ir::row_major_strides(instr.operand(0)->shape().dims());
+  std::vector<int64_t> strides;
+  for (int64_t p : perm) strides.push_back(in_row[p]);
+  std::vector<int64_t> out_dims = instr.shape().dims();
+  int size = ir::dtype_size(instr.shape().dtype());
+  return [out_dims, strides, size](std::span<const Value* const> in, Value& out) {
+    strided_copy(out[0].data(), (*in[0])[0].data(), size, out_dims, strides, 0);
+  };
+}
+
+// Reshape and copy share storage with their operand: no data moves.
+Kernel view_kernel(const Instr& instr) {
+  ir::Shape shape = instr.shape();
+  return [shape](std::span<const Value* const> in, Value& out) { out[0] = (*in[0])[0].view(shape); };
+}
+
+Kernel slice_kernel(const Instr& instr) {
+  const auto& start = instr.attrs().get_ints("start");
+  std::vector<int64_t> steps = instr.attrs().get_ints_or("strides", std::vector<int64_t>(start.size(), 1));
+  std::vector<int64_t> in_row = ir::row_major_strides(instr.operand(0)->shape().dims());
+  std::vector<int64_t> strides(start.size());
+  int64_t offset = 0;
+  for (size_t d = 0; d < start.size(); ++d) {
+    strides[d] = in_row[d] * steps[d];
+    offset += start[d] * in_row[d];
+  }
+  std::vector<int64_t> out_dims = instr.shape().dims();
+  int size = ir::dtype_size(instr.shape().dtype());
+  return [out_dims, strides, offset, size](std::span<const Value* const> in, Value& out) {
+    strided_copy(out[0].data(), (*in[0])[0].data(), size, out_dims, strides, offset);
+  };
+}
+
+Kernel concatenate_kernel(const Instr& instr) {
+  int64_t dim = instr.attrs().get_int("dim");
+  std::vector<int64_t> out_row = ir::row_major_strides(instr.shape().dims());
+  int size = ir::dtype_size(instr.shape().dtype());
+  struct Piece {
+    std::vector<int64_t> dims, in_strides;
+    int64_t out_offset;
+  };
+  std::vector<Piece> pieces;
+  int64_t at = 0;
+  for (const Instr* o : instr.operands()) {
+    pieces.push_back({o->shape().dims(), ir::row_major_strides(o->shape().dims()), at * out_row[dim]});
+    at += o->shape().dim(static_cast<int>(dim));
+  }
+  return [pieces, out_row, size](std::span<const Value* const> in, Value& out) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      strided_copy(out[0].data(), (*in[i])[0].data(), size, pieces[i].dims, pieces[i].in_strides, 0, out_row,
+                   pieces[i].out_offset);
+    }
+  };
+}
+
+// gather/scatter_add viewed as x [batch, pre, n, post] and idx [batch, m]: the result is
+// [batch, pre, m, post] (gather) — see ops/builder.h for the semantics.
+struct IndexGeometry {
+  int64_t batch = 1, pre = 1, n = 1, post = 1, m = 1;
+};
+
+IndexGeometry index_geometry(const Instr& instr) {
+  const auto& x = instr.operand(0)->shape().dims();
+  const auto& idx = instr.operand(1)->shape().dims();
+  int64_t axis = instr.attrs().get_int("axis");
+  int64_t batch_dims = instr.attrs().get_int_or("batch_dims", 0);
+  IndexGeometry g;
+  for (int64_t d = 0; d < batch_dims; ++d) g.batch *= x[d];
+  for (int64_t d = batch_dims; d < axis; ++d) g.pre *= x[d];
+  g.n = x[axis];
+  for (size_t d = axis + 1; d < x.size(); ++d) g.post *= x[d];
+  for (size_t d = batch_dims; d < idx.size(); ++d) g.m *= idx[d];
+  return g;
+}
+
+int64_t index_at(const Buffer& idx, int64_t i) {
+  return idx.shape().dtype() == ir::DType::kS32 ? idx.as<int32_t>()[i] : static_cast<int64_t>(idx.as<uint32_t>()[i]);
+}
+
+template <typename T>
+void gather_rows(const IndexGeometry& g, const T* x, const Buffer& idx, T* out) {
+#pragma omp parallel for collapse(2) schedule(static) if (g.batch * g.pre * g.m * g.post > (1 << 15))
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t p = 0; p < g.pre; ++p) {
+      for (int64_t j = 0; j < g.m; ++j) {
+        int64_t k = std::clamp<int64_t>(index_at(idx, b * g.m + j), 0, g.n - 1);
+        std::memcpy(out + ((b * g.pre + p) * g.m + j) * g.post, x + ((b * g.pre + p) * g.n + k) * g.post,
+                    static_cast<size_t>(g.post) * sizeof(T));
+      }
+    }
+  }
+}
+
+template <typename T>
+void scatter_add_rows(const IndexGeometry& g, const T* upd, const Buffer& idx, T* out) {
+  // Parallel over batch and pre only: two indices may hit the same row within one (b, p).
+#pragma omp parallel for collapse(2) schedule(static) if (g.batch * g.pre > 1 && g.batch * g.pre * g.m * g.post > (1 << 15))
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t p = 0; p < g.pre; ++p) {
+      for (int64_t j = 0; j < g.m; ++j) {
+        int64_t k = index_at(idx, b * g.m + j);
+        if (k < 0 || k >= g.n) continue;
+        T* dst = out + ((b * g.pre + p) * g.n + k) * g.post;
+        const T* src = upd + ((b * g.pre + p) * g.m + j) * g.post;
+        for (int64_t q = 0; q < g.post; ++q) dst[q] += src[q];
+      }
+    }
+  }
+}
+
+bool float_data(const Instr& instr) {
+  ir::DType d = instr.operand(0)->shape().dtype();
+  return d == ir::DType::kF32 || d == ir::DType::kF64;
+}
+
+Kernel gather_kernel(const Instr& instr) {
+  IndexGeometry g = index_geometry(instr);
+  bool f64 = instr.shape().dtype() == ir::DType::kF64;
+  return [g, f64](std::span<const Value* const> in, Value& out) {
+    if (f64) {
+      gather_rows(g, (*in[0])[0].as<double>(), (*in[1])[0], out[0].as<double>());
+    } else {
+      gather_rows(g, (*in[0])[0].as<float>(), (*in[1])[0], out[0].as<float>());
+    }
+  };
+}
+
+Kernel scatter_add_kernel(const Instr& instr) {
+  IndexGeometry g = index_geometry(instr);
+  bool f64 = instr.shape().dtype() == ir::DType::kF64;
+  return [g, f64](std::span<const Value* const> in, Value& out) {
+    std::memcpy(out[0].data(), (*in[0])[0].data(), static_cast<size_t>(out[0].byte_size()));
+    if (f64) {
+      scatter_add_rows(g, (*in[2])[0].as<double>(), (*in[1])[0], out[0].as<double>());
+    } else {
+      scatter_add_rows(g, (*in[2])[0].as<float>(), (*in[1])[0], out[0].as<float>());
+    }
+  };
+}
+
+}  // namespace
+
+std::vector<NativeKernelEntry> data_movement_kernels() {
+  return {
+      {ir::Opcode::kBroadcast, any, broadcast_kernel},
+      {ir::Opcode::kTranspose, any, transpose_kernel},
+      {ir::Opcode::kReshape, any, view_kernel},
+      {ir::Opcode::kCopy, any, view_kernel},
+      {ir::Opcode::kStopGradient, any, view_kernel},
+      {ir::Opcode::kSlice, any, slice_kernel},
+      {ir::Opcode::kConcatenate, any, concatenate_kernel},
+      {ir::Opcode::kGather, float_data, gather_kernel},
+      {ir::Opcode::kScatterAdd, float_data, scatter_add_kernel},
+  };
+}
+
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,185 @@
+// The CPU executable: the module after the optimization pipeline, one kernel per remaining
+// instruction (generated loop kernels for fusions, oneDNN for f32 matmuls, native data
+// movement and reductions, the reference evaluation for the rest), run in program order.
+// Values are freed after their last use. A planned arena with in-place updates of donated
+// state comes with buffer assignment (memory/).
+#include <chrono>
+#include <fstream>
+#include <unordered_map>
+
+#include "kiln/backend/backend.h"
+#include "kiln/backend/cpu/codegen.h"
+#include "kiln/backend/cpu/compile_cache.h"
+#include "kiln/backend/cpu/kernel.h"
+#include "kiln/base/check.h"
+#include "kiln/ir/printer.h"
+#include "kiln/ops/registry.h"
+#include "kiln/passes/dce.h"
+#include "kiln/passes/fusion.h"
+#include "kiln/passes/registry.h"
+
+namespace kiln::backend {
+
+namespace {
+
+using ir::Instr;
+using ir::Opcode;
+using LoopFn = void (*)(const void* const*, void*, int64_t);
+
+struct Step {
+  const Instr* instr;
+  std::vector<int> inputs;  // value slots of the operands
+  cpu::Kernel kernel;       // null for parameters, constants, tuples and get_tuple_element
+};
+
+class CpuExecutable : public Executable {
+ public:
+  Status build(const ir::Module& source, const CompileOptions& options);
+  Result<std::vector<Buffer>> run(std::span<const Buffer> args) override;
+  const CompileReport& report() const override { return report_; }
+
+ private:
+  std::unique_ptr<ir::Module> module_;
+  std::vector<Step> steps_;
+  std::vector<std::vector<int>> frees_;  // per step: value slots whose last use it is
+  int root_slot_ = -1;
+  std::unordered_map<const Instr*, Buffer> constants_;
+  cpu::KernelLibrary library_;
+  CompileReport report_;
+};
+
+Status CpuExecutable::build(const ir::Module& source, const CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  report_.instructions_before = source.instruction_count();
+  module_ = source.clone();
+  passes::PipelineOptions popts;
+  popts.verify_each = options.verify_each;
+  if (!options.dump_dir.empty()) popts.dump_ir = options.dump_dir + "/passes";
+  passes::Pipeline pipeline = passes::default_pipeline(popts);
+  // Last: fusion must see the final graph, and the kernels are generated from its output.
+  pipeline.add(std::make_unique<passes::FusionPass>(!options.fuse));
+  pipeline.add(std::make_unique<passes::DcePass>());
+  KILN_RETURN_IF_ERROR(pipeline.run(*module_).status());
+  report_.instructions_after = module_->instruction_count();
+
+  // Generated kernels: one per distinct fusion body.
+  const ir::Computation& entry = *module_->entry();
+  std::vector<cpu::KernelSource> sources;
+  std::unordered_map<const Instr*, std::string> kernel_of;
+  std::unordered_map<std::string, bool> seen;
+  for (const auto& instr : entry.instructions()) {
+    if (instr->opcode() != Opcode::kFusion) continue;
+    std::string name = cpu::kernel_name_for(*instr->called()[0]);
+    kernel_of[instr.get()] = name;
+    ++report_.fused_kernels;
+    if (!seen.emplace(name, true).second) continue;
+    sources.push_back({name, cpu::loop_kernel_source(*instr->called()[0], name)});
+  }
+  report_.unique_kernels = static_cast<int64_t>(sources.size());
+  std::string cache_dir = options.cache_dir.empty() ? cpu::default_cache_dir() : options.cache_dir;
+  KILN_ASSIGN_OR_RETURN(library_, cpu::build_kernels(sources, cache_dir, options.dump_dir));
+  report_.kernels_compiled = library_.chunks_compiled;
+
+  std::unordered_map<const Instr*, int> slot;
+  for (const auto& owned : entry.instructions()) {
+    const Instr* instr = owned.get();
+    Step step{instr, {}, nullptr};
+    for (const Instr* o : instr->operands()) step.inputs.push_back(slot.at(o));
+    switch (instr->opcode()) {
+      case Opcode::kParameter:
+      case Opcode::kTuple:
+      case Opcode::kGetTupleElement:
+        break;  // plumbing, handled by run()
+      case Opcode::kConstant:
+        constants_[instr] = Buffer::from_literal(instr->literal());
+        break;
+      case Opcode::kFusion: {
+        auto fn = reinterpret_cast<LoopFn>(library_.symbols.at(kernel_of.at(instr)));
+        int64_t count = instr->shape().num_elements();
+        step.kernel = [fn, count](std::span<const Value* const> in, Value& out) {
+          std::vector<const void*> ptrs;
+          ptrs.reserve(in.size());
+          for (const Value* v : in) ptrs.push_back((*v)[0].data());
+          fn(ptrs.data(), out[0].data(), count);
+        };
+        break;
+      }
+      default:
+        if (const cpu::KernelFactory* native = cpu::find_native_kernel(*instr)) {
+          step.kernel = (*native)(*instr);
+          if (instr->opcode() == Opcode::kDotGeneral) {
+            ++report_.gemms;
+          } else {
+            ++report_.library_kernels;
+          }
+        } else {
+          step.kernel = cpu::fallback_kernel(*instr);
+          ++report_.fallback_kernels;
+        }
+    }
+    slot[instr] = static_cast<int>(steps_.size());
+    steps_.push_back(std::move(step));
+  }
+  // Free each value after its last use (the root lives to the end).
+  frees_.assign(steps_.size(), {});
+  std::vector<int> last_use(steps_.size(), -1);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    for (int in : steps_[s].inputs) last_use[in] = static_cast<int>(s);
+  }
+  int root = root_slot_ = slot.at(entry.root());
+  for (size_t v = 0; v < steps_.size(); ++v) {
+    if (last_use[v] >= 0 && static_cast<int>(v) != root) frees_[last_use[v]].push_back(static_cast<int>(v));
+  }
+  if (!options.dump_dir.empty()) {
+    std::ofstream(options.dump_dir + "/optimized.ir") << ir::print_module(*module_);
+  }
+  report_.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return ok_status();
+}
+
+Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
+  const ir::Computation& entry = *module_->entry();
+  if (static_cast<int>(args.size()) != entry.num_params()) {
+    return invalid_argument("the program takes {} arguments, got {}", entry.num_params(), args.size());
+  }
+  std::vector<Value> values(steps_.size());
+  std::vector<const Value*> inputs;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    const Instr* instr = step.instr;
+    Value& out = values[s];
+    switch (instr->opcode()) {
+      case Opcode::kParameter: {
+        const Buffer& arg = args[instr->attrs().get_int("index")];
+        if (arg.shape() != instr->shape()) {
+          return invalid_argument("argument {} has shape {}, expected {}", instr->attrs().get_int("index"),
+                                  arg.shape().to_string(), instr->shape().to_string());
+        }
+        out = {arg};
+        break;
+      }
+      case Opcode::kConstant: out = {constants_.at(instr)}; break;
+      case Opcode::kTuple:
+        for (int in : step.inputs) out.insert(out.end(), values[in].begin(), values[in].end());
+        break;
+      case Opcode::kGetTupleElement: out = {values[step.inputs[0]].at(instr->attrs().get_int("index"))}; break;
+      default:
+        inputs.clear();
+        for (int in : step.inputs) inputs.push_back(&values[in]);
+        if (!instr->shape().is_tuple()) out = {Buffer(instr->shape())};
+        step.kernel(inputs, out);
+    }
+    for (int dead : frees_[s]) values[dead].clear();
+  }
+  return std::move(values[root_slot_]);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Executable>> compile_cpu(const ir::Module& module, const CompileOptions& options) {
+  auto exe = std::make_unique<CpuExecutable>();
+  KILN_RETURN_IF_ERROR(exe->build(module, options));
+  return std::unique_ptr<Executable>(std::move(exe));
+}
+
+}  // namespace kiln::backend

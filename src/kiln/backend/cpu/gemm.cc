@@ -1,0 +1,130 @@
+// dot_general on f32 lowered to oneDNN's sgemm (about 94% of this CPU's f32 peak on
+// transformer shapes; see docs). Operands are viewed as [batch, M, K] / [batch, K, N]; when
+// an operand's layout is that or its per-batch transpose, the transpose is folded into the
+// call, otherwise one strided copy brings it into shape first.
+#include <dnnl.h>
+
+#include <algorithm>
+#include <omp.h>
+
+#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/strided_copy.h"
+#include "kiln/base/check.h"
+
+namespace kiln::backend::cpu {
+
+namespace {
+
+using ir::Instr;
+
+// How one operand enters the GEMM.
+struct OperandPlan {
+  bool transposed = false;       // stored per batch as [cols, rows] instead of [rows, cols]
+  bool needs_copy = false;       // permute into [batch, rows, cols] first
+  std::vector<int64_t> copy_dims, copy_strides;  // the permuting strided copy
+  int64_t rows = 1, cols = 1;
+};
+
+bool is_identity(const std::vector<int64_t>& order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+// Plans operand `dims` as [batch..., outer..., inner...] where outer are the GEMM rows.
+OperandPlan plan_operand(const std::vector<int64_t>& dims, const std::vector<int64_t>& batch,
+                         const std::vector<int64_t>& outer, const std::vector<int64_t>& inner) {
+  OperandPlan p;
+  for (int64_t d : outer) p.rows *= dims[d];
+  for (int64_t d : inner) p.cols *= dims[d];
+  std::vector<int64_t> straight = batch, swapped = batch;
+  straight.insert(straight.end(), outer.begin(), outer.end());
+  straight.insert(straight.end(), inner.begin(), inner.end());
+  swapped.insert(swapped.end(), inner.begin(), inner.end());
+  swapped.insert(swapped.end(), outer.begin(), outer.end());
+  if (is_identity(straight)) return p;
+  if (is_identity(swapped)) {
+    p.transposed = true;
+    return p;
+  }
+  p.needs_copy = true;
+  std::vector<int64_t> row = ir::row_major_strides(dims);
+  for (int64_t d : straight) {
+    p.copy_dims.push_back(dims[d]);
+    p.copy_strides.push_back(row[d]);
+  }
+  return p;
+}
+
+std::vector<int64_t> free_dims(int rank, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
+  std::vector<int64_t> out;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contract.begin(), contract.end(), d) == contract.end()) {
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
+Kernel dot_kernel(const Instr& instr) {
+  const auto& a = instr.attrs();
+  const auto& lhs_dims = instr.operand(0)->shape().dims();
+  const auto& rhs_dims = instr.operand(1)->shape().dims();
+  auto lb = a.get_ints("lhs_batch"), rb = a.get_ints("rhs_batch");
+  auto lc = a.get_ints("lhs_contract"), rc = a.get_ints("rhs_contract");
+  auto lf = free_dims(static_cast<int>(lhs_dims.size()), lb, lc);
+  auto rf = free_dims(static_cast<int>(rhs_dims.size()), rb, rc);
+  OperandPlan lhs = plan_operand(lhs_dims, lb, lf, lc);   // [batch, M, K]
+  OperandPlan rhs = plan_operand(rhs_dims, rb, rc, rf);   // [batch, K, N]
+  int64_t batch = 1;
+  for (int64_t d : lb) batch *= lhs_dims[d];
+  const int64_t M = lhs.rows, K = lhs.cols, N = rhs.cols;
+  ir::Shape lhs_shape = instr.operand(0)->shape(), rhs_shape = instr.operand(1)->shape();
+  return [=](std::span<const Value* const> in, Value& out) {
+    const float* A = (*in[0])[0].as<float>();
+    const float* B = (*in[1])[0].as<float>();
+    Buffer a_copy, b_copy;
+    if (lhs.needs_copy) {
+      a_copy = Buffer(lhs_shape.with_dims(lhs.copy_dims));
+      strided_copy(a_copy.data(), A, 4, lhs.copy_dims, lhs.copy_strides, 0);
+      A = a_copy.as<float>();
+    }
+    if (rhs.needs_copy) {
+      b_copy = Buffer(rhs_shape.with_dims(rhs.copy_dims));
+      strided_copy(b_copy.data(), B, 4, rhs.copy_dims, rhs.copy_strides, 0);
+      B = b_copy.as<float>();
+    }
+    float* C = out[0].as<float>();
+    const char ta = lhs.transposed ? 'T' : 'N', tb = rhs.transposed ? 'T' : 'N';
+    const int64_t lda = lhs.transposed ? M : K, ldb = rhs.transposed ? K : N;
+    auto one = [&](int64_t i) {
+      dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A + i * M * K, lda, B + i * K * N, ldb, 0.0f, C + i * M * N, N);
+      KILN_CHECK(s == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(s);
+    };
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+      std::fill(C, C + batch * M * N, 0.0f);
+      return;
+    }
+    // Many small products (attention heads): one per thread; large ones: oneDNN threads.
+    if (batch > 1 && M * N * K < (1 << 21)) {
+#pragma omp parallel for schedule(dynamic)
+      for (int64_t i = 0; i < batch; ++i) one(i);
+    } else {
+      for (int64_t i = 0; i < batch; ++i) one(i);
+    }
+  };
+}
+
+bool all_f32(const Instr& instr) {
+  return instr.shape().dtype() == ir::DType::kF32 && instr.operand(0)->shape().dtype() == ir::DType::kF32 &&
+         instr.operand(1)->shape().dtype() == ir::DType::kF32;
+}
+
+}  // namespace
+
+std::vector<NativeKernelEntry> gemm_kernels() { return {{ir::Opcode::kDotGeneral, all_f32, dot_kernel}}; }
+
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,40 @@
+// CPU kernels: one callable per instruction, built once at compile time (strides, plans
+// and library descriptors precomputed) and called every step on the operands' values.
+#pragma once
+
+#include <functional>
+#include <span>
+
+#include "kiln/backend/buffer.h"
+#include "kiln/ir/instr.h"
+
+namespace kiln::backend::cpu {
+
+// inputs: the operands' values; output: preallocated for arrays (one Buffer of the
+// instruction's shape), empty for tuples (the kernel fills one Buffer per element).
+using Kernel = std::function<void(std::span<const Value* const> inputs, Value& output)>;
+
+// Builds the kernel for one instruction of a given opcode.
+using KernelFactory = std::function<Kernel(const ir::Instr&)>;
+
+// Hand-written native kernels by opcode (a table, filled by the files that implement them;
+// no switch). Returns null when an opcode has none for this instruction's dtypes: the
+// executable then falls back to the op's reference evaluation.
+const KernelFactory* find_native_kernel(const ir::Instr& instr);
+
+// The reference-evaluation kernel: converts to literals, runs OpDef::eval, converts back.
+// Correct for every op; slow. Counted in the compile report.
+Kernel fallback_kernel(const ir::Instr& instr);
+
+// Registration from the kernel files (native_kernels.cc, gemm.cc).
+struct NativeKernelEntry {
+  ir::Opcode opcode;
+  // Whether this kernel handles the instruction (usually a dtype check).
+  std::function<bool(const ir::Instr&)> accepts;
+  KernelFactory make;
+};
+std::vector<NativeKernelEntry> data_movement_kernels();
+std::vector<NativeKernelEntry> reduction_kernels();
+std::vector<NativeKernelEntry> gemm_kernels();
+
+}  // namespace kiln::backend::cpu

@@ -1,0 +1,91 @@
+// fusion: a group of ops outlined into a computation (calls={@body}) whose parameters are
+// the fusion's operands. kind=loop: elementwise ops over the result's dims (with scalar
+// operands broadcast). Its value is the body's root, so the reference evaluation simply
+// evaluates the body; backends generate one kernel from it.
+#include <unordered_map>
+
+#include "kiln/base/check.h"
+#include "kiln/ops/op_helpers.h"
+
+namespace kiln::ops {
+namespace {
+
+ir::Literal eval_fusion(const Instr& instr, std::span<const ir::Literal* const> args) {
+  KILN_CHECK_EQ(instr.called().size(), 1u) << instr.to_string();
+  const ir::Computation& body = *instr.called()[0];
+  std::unordered_map<const Instr*, ir::Literal> values;
+  std::vector<const ir::Literal*> operand_values;
+  for (const auto& owned : body.instructions()) {
+    const Instr* i = owned.get();
+    if (i->opcode() == Opcode::kParameter) {
+      values[i] = *args[i->attrs().get_int("index")];
+    } else if (i->opcode() == Opcode::kConstant) {
+      values[i] = i->literal();
+    } else {
+      operand_values.clear();
+      for (const Instr* o : i->operands()) operand_values.push_back(&values.at(o));
+      values[i] = op_def(i->opcode()).eval(*i, operand_values);
+    }
+  }
+  return values.at(body.root());
+}
+
+Cost fusion_cost(const Instr& instr) {
+  // Arithmetic of the body; memory traffic of the fusion's own operands and result only
+  // (that is the point of fusing).
+  Cost c = internal::memory_cost(instr);
+  for (const auto& i : instr.called()[0]->instructions()) {
+    Cost inner = op_def(i->opcode()).cost(*i);
+    c.flops += inner.flops;
+    c.transcendentals += inner.transcendentals;
+  }
+  return c;
+}
+
+std::vector<std::vector<int>> fusion_dim_map(const Instr& instr) {
+  // Loop fusions read full-rank operands at the result's index, scalars everywhere.
+  std::vector<std::vector<int>> out = internal::empty_dim_map(instr);
+  for (int i = 0; i < instr.num_operands(); ++i) {
+    if (instr.operand(i)->shape().dims() == instr.shape().dims()) {
+      for (size_t d = 0; d < out[i].size(); ++d) out[i][d] = static_cast<int>(d);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void register_fusion_ops(OpTable& table) {
+  OpDef d;
+  d.opcode = Opcode::kFusion;
+  d.max_operands = -1;
+  d.attrs = {{"kind", AttrKind::kString, true, {"loop"}}};
+  d.infer = [](const InferContext& c) -> Result<Shape> {
+    KILN_ASSIGN_OR_RETURN(Shape s, internal::require_declared(c, "fusion"));
+    if (s.is_tuple()) return invalid_argument("a loop fusion produces one array, not {}", s.to_string());
+    return s;
+  };
+  d.eval = eval_fusion;
+  d.grad = GradKind::kNone;  // fusion runs after gradients are built
+  d.dim_map = fusion_dim_map;
+  d.cost = fusion_cost;
+  d.examples = {{R"(module @example
+
+computation @fused.0 {
+  %a = f32[2,3] parameter(), index=0
+  %s = f32[] parameter(), index=1
+  %b = f32[2,3] broadcast(%s), dims={}
+  %m = f32[2,3] mul(%a, %b)
+  ROOT %e = f32[2,3] exp(%m)
+}
+
+ENTRY computation @main {
+  %x = f32[2,3] parameter(), index=0
+  %y = f32[] parameter(), index=1
+  ROOT %f = f32[2,3] fusion(%x, %y), kind=loop, calls={@fused.0}
+}
+)"}};
+  table.add(std::move(d));
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,133 @@
+#include "kiln/passes/fusion.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/base/logging.h"
+#include "kiln/ops/registry.h"
+
+namespace kiln::passes {
+
+namespace {
+
+using ir::Instr;
+using ir::Opcode;
+
+bool is_elementwise(const Instr* i) {
+  return !i->shape().is_tuple() && ops::op_def(i->opcode()).elementwise;
+}
+
+// A broadcast of a scalar: reading it costs nothing inside a loop, so groups may copy it.
+bool is_scalar_broadcast(const Instr* i) {
+  return i->opcode() == Opcode::kBroadcast && i->operand(0)->shape().rank() == 0;
+}
+
+struct Group {
+  Instr* root;
+  std::vector<Instr*> members;  // program order once sorted
+};
+
+Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
+           const std::unordered_map<const Instr*, size_t>& position, bool single_op) {
+  Group g{root, {root}};
+  std::unordered_set<const Instr*> in_group = {root};
+  std::vector<Instr*> work = {root};
+  while (!work.empty()) {
+    Instr* cur = work.back();
+    work.pop_back();
+    for (Instr* o : cur->operands()) {
+      if (in_group.count(o)) continue;
+      if (is_scalar_broadcast(o)) {
+        in_group.insert(o);
+        g.members.push_back(o);
+        continue;
+      }
+      if (single_op || !is_elementwise(o) || taken.count(o)) continue;
+      if (o->shape().dims() != root->shape().dims()) {
+        KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": other dims";
+        continue;
+      }
+      bool all_users_inside = std::all_of(o->users().begin(), o->users().end(),
+                                          [&](const Instr* u) { return in_group.count(u) > 0; });
+      if (!all_users_inside) {
+        KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": used outside the group";
+        continue;
+      }
+      in_group.insert(o);
+      g.members.push_back(o);
+      work.push_back(o);
+    }
+  }
+  std::sort(g.members.begin(), g.members.end(),
+            [&](const Instr* a, const Instr* b) { return position.at(a) < position.at(b); });
+  return g;
+}
+
+// Moves the group into a new computation and replaces it by one fusion instruction.
+void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
+  ir::Computation* body = module.add_computation(module.fresh_id("fused"));
+  std::unordered_map<const Instr*, Instr*> inside;
+  std::unordered_set<const Instr*> members(g.members.begin(), g.members.end());
+  std::vector<Instr*> inputs;
+  auto input_for = [&](Instr* outside) {
+    auto it = inside.find(outside);
+    if (it != inside.end()) return it->second;
+    Instr* p = body->add(Opcode::kParameter, outside->shape(), {}, {{"index", static_cast<int64_t>(inputs.size())}});
+    inputs.push_back(outside);
+    inside[outside] = p;
+    return p;
+  };
+  for (Instr* m : g.members) {
+    std::vector<Instr*> operands;
+    for (Instr* o : m->operands()) operands.push_back(members.count(o) ? inside.at(o) : input_for(o));
+    Instr* copy = body->add(m->opcode(), m->shape(), operands, m->attrs());
+    copy->mutable_meta() = m->meta();
+    inside[m] = copy;
+  }
+  body->set_root(inside.at(g.root));
+  Instr* fusion = comp.add(Opcode::kFusion, g.root->shape(), inputs, {{"kind", std::string("loop")}});
+  fusion->set_called({body});
+  fusion->mutable_meta().name = g.root->meta().name;
+  fusion->mutable_meta().loc = g.root->meta().loc;
+  fusion->mutable_meta().axes = g.root->meta().axes;
+  fusion->mutable_meta().sharding = g.root->meta().sharding;
+  g.root->replace_all_uses_with(fusion);
+  // Members die in reverse order; copied scalar broadcasts may still have outside users.
+  std::vector<Instr*> dead;
+  std::unordered_set<const Instr*> dying;
+  for (auto it = g.members.rbegin(); it != g.members.rend(); ++it) {
+    bool users_dying = std::all_of((*it)->users().begin(), (*it)->users().end(),
+                                   [&](const Instr* u) { return dying.count(u) > 0; });
+    if (users_dying) {
+      dead.push_back(*it);
+      dying.insert(*it);
+    }
+  }
+  comp.remove(dead);
+}
+
+}  // namespace
+
+Result<bool> FusionPass::run(ir::Module& module) {
+  ir::Computation& comp = *module.entry();
+  std::vector<Instr*> order = comp.post_order();
+  std::unordered_map<const Instr*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  std::unordered_set<const Instr*> taken;
+  std::vector<Group> groups;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Instr* instr = *it;
+    if (!is_elementwise(instr) || taken.count(instr)) continue;
+    Group g = grow(instr, taken, position, single_ops_);
+    for (Instr* m : g.members) {
+      if (!is_scalar_broadcast(m)) taken.insert(m);
+    }
+    groups.push_back(std::move(g));
+  }
+  for (const Group& g : groups) outline(module, comp, g);
+  if (!groups.empty()) comp.topo_sort();
+  return !groups.empty();
+}
+
+}  // namespace kiln::passes

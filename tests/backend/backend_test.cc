@@ -1,0 +1,133 @@
+// Differential tests: every compiled program must equal the reference interpreter. Every
+// op's registry examples run through the CPU backend (fused and unfused), plus whole
+// programs from the frontend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "kiln/backend/backend.h"
+#include "kiln/base/check.h"
+#include "kiln/interp/interpreter.h"
+#include "kiln/ir/parser.h"
+#include "kiln/ops/registry.h"
+#include "tests/testing/random_literals.h"
+
+namespace kiln::backend {
+namespace {
+
+std::string cache_dir() { return ::testing::TempDir() + "kiln_backend_cache"; }
+
+std::vector<ir::Literal> args_for(const ir::Computation& c, const ops::OpExample& ex, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<ir::Literal> args;
+  for (int i = 0; i < c.num_params(); ++i) {
+    const ir::Shape& s = c.param(i)->shape();
+    auto [lo, hi] = i < static_cast<int>(ex.ranges.size()) ? ex.ranges[i]
+                    : ir::is_floating(s.dtype())          ? std::pair<double, double>{-2.0, 2.0}
+                                                          : std::pair<double, double>{0.0, 4.0};
+    args.push_back(testing::random_literal(s, rng, lo, hi));
+  }
+  return args;
+}
+
+// Compares a compiled result with the interpreter's. The interpreter rounds each op's exact
+// result once; generated code computes in the dtype (float math library, FMA contraction),
+// so allow a few ulps of the dtype relative to the value's magnitude.
+void expect_close(const Buffer& got, const ir::Literal& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  double tol = got.shape().dtype() == ir::DType::kF64 ? 1e-12 : got.shape().dtype() == ir::DType::kBF16 ? 1e-2 : 1e-5;
+  for (int64_t i = 0; i < want.shape().num_elements(); ++i) {
+    double g = got.get(i), w = want.at(i);
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g)) << what << "[" << i << "]";
+    } else if (std::isinf(w)) {
+      EXPECT_EQ(g, w) << what << "[" << i << "]";
+    } else {
+      EXPECT_NEAR(g, w, tol * (1 + std::fabs(w))) << what << "[" << i << "]";
+    }
+  }
+}
+
+class EveryOp : public ::testing::TestWithParam<std::tuple<ir::Opcode, bool>> {};
+
+TEST_P(EveryOp, CompiledEqualsInterpreter) {
+  auto [opcode, fuse] = GetParam();
+  const ops::OpDef& def = ops::op_def(opcode);
+  for (const auto& ex : def.examples) {
+    auto module = ir::parse_module(ex.ir);
+    ASSERT_TRUE(module.ok()) << module.status().to_string();
+    CompileOptions options;
+    options.cache_dir = cache_dir();
+    options.fuse = fuse;
+    options.verify_each = true;
+    auto exe = compile_cpu(**module, options);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string() << "\n" << ex.ir;
+    for (uint64_t seed : {3, 4}) {
+      auto literals = args_for(*(*module)->entry(), ex, seed);
+      std::vector<Buffer> buffers;
+      for (const auto& l : literals) buffers.push_back(Buffer::from_literal(l));
+      auto want = interp::run(**module, literals);
+      ASSERT_TRUE(want.ok()) << want.status().to_string();
+      auto got = (*exe)->run(buffers);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      ASSERT_EQ(got->size(), want->size());
+      for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], std::string(def.name) + " output " + std::to_string(i));
+    }
+  }
+}
+
+std::vector<std::tuple<ir::Opcode, bool>> all_cases() {
+  std::vector<std::tuple<ir::Opcode, bool>> out;
+  for (int i = 0; i < ir::kNumOpcodes; ++i) {
+    for (bool fuse : {true, false}) out.emplace_back(static_cast<ir::Opcode>(i), fuse);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::ValuesIn(all_cases()), [](const auto& info) {
+  return std::string(ir::opcode_name(std::get<0>(info.param))) + (std::get<1>(info.param) ? "_fused" : "_unfused");
+});
+
+TEST(CpuBackend, FusesElementwiseChainsAndCachesKernels) {
+  const char* text = R"(module @chain
+ENTRY computation @main {
+  %x = f32[64,32] parameter(), index=0
+  %w = f32[32,16] parameter(), index=1
+  %half = f32[] constant(0.5)
+  %h = f32[64,32] broadcast(%half), dims={}
+  %a = f32[64,32] mul(%x, %h)
+  %e = f32[64,32] exp(%a)
+  %s = f32[64,32] add(%e, %x)
+  %d = f32[64,16] dot_general(%s, %w), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
+  %t = f32[64,16] tanh(%d)
+  ROOT %r = f32[64] reduce_sum(%t), dims={1}
+}
+)";
+  auto module = ir::parse_module(text);
+  ASSERT_TRUE(module.ok());
+  std::string dir = ::testing::TempDir() + "kiln_cache_fresh";
+  std::filesystem::remove_all(dir);
+  CompileOptions options;
+  options.cache_dir = dir;
+  auto first = compile_cpu(**module, options);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ((*first)->report().fused_kernels, 2);  // mul+exp+add, and tanh
+  EXPECT_EQ((*first)->report().gemms, 1);
+  EXPECT_EQ((*first)->report().fallback_kernels, 0);
+  EXPECT_EQ((*first)->report().kernels_compiled, 1);
+  auto second = compile_cpu(**module, options);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*second)->report().kernels_compiled, 0);  // everything came from the cache
+  std::mt19937_64 rng(5);
+  std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kF32, {64, 32}), rng, -1, 1),
+                                       testing::random_literal(ir::Shape(ir::DType::kF32, {32, 16}), rng, -1, 1)};
+  auto want = interp::run(**module, literals);
+  auto got = (*second)->run(std::vector<Buffer>{Buffer::from_literal(literals[0]), Buffer::from_literal(literals[1])});
+  ASSERT_TRUE(got.ok());
+  expect_close((*got)[0], (*want)[0], "chain");
+}
+
+}  // namespace
+}  // namespace kiln::backend
