@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -29,7 +30,9 @@ std::string read_file(const std::string& path) {
 
 // `args` is passed through the shell, so quote what needs quoting.
 CliRun kiln(const std::string& args) {
-  std::string err_path = ::testing::TempDir() + "kiln_cli_stderr.txt";
+  // One file per process: CTest runs the test cases in parallel.
+  std::string err_path =
+      ::testing::TempDir() + "kiln_cli_stderr_" + std::to_string(getpid()) + ".txt";
   std::string cmd = std::string(KILN_BINARY) + " " + args + " 2>" + err_path;
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -40,6 +43,7 @@ CliRun kiln(const std::string& args) {
   int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.err = read_file(err_path);
+  std::remove(err_path.c_str());
   return r;
 }
 
