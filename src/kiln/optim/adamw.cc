@@ -85,7 +85,8 @@ AdamWResult adamw_update(const AdamWOptions& o, std::span<const Tensor> params, 
     Tensor v = square(gi) * (1.0 - o.b2) + nu[i].astype(DType::kF32) * o.b2;
     Tensor m_hat = m / bc1;
     Tensor v_hat = v / bc2;
-    Tensor u = m_hat / (sqrt(v_hat + o.eps_root) + o.eps);
+    // eps_root = 0 (the default) adds nothing to nu_hat >= 0, so the add is left out.
+    Tensor u = m_hat / (sqrt(o.eps_root != 0.0 ? v_hat + o.eps_root : v_hat) + o.eps);
     Tensor pf = p.astype(DType::kF32);
     if (decay[i] && o.weight_decay != 0.0) u = u + pf * o.weight_decay;
     out.params.push_back((pf + u * step_size).astype(p.dtype()));

@@ -1,0 +1,79 @@
+#include "kiln/train/metrics.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+namespace kiln::train {
+
+std::string console_line(const StepRecord& r) {
+  // MaxText prints total_weights as the integer token count.
+  return fmt::format(
+      "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.3f}, "
+      "total_weights: {}, loss: {:.3f}, lm_loss: {:.3f}, learning_rate: {:.3e}, grad_norm: {:.3f}, "
+      "raw_grad_norm: {:.3f}, moe_lb_loss: {:.6f}, MFU: {:.2f}%",
+      r.step, r.step_time_s, r.tflops_per_s_per_device, r.tokens_per_s_per_device,
+      static_cast<int64_t>(std::llround(r.total_weights)), r.loss, r.lm_loss, r.learning_rate, r.grad_norm,
+      r.raw_grad_norm, r.moe_lb_loss, 100.0 * r.mfu);
+}
+
+namespace {
+// Shortest text that reads back to the same double; null for NaN and infinities.
+std::string number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+}  // namespace
+
+std::string json_line(const StepRecord& r) {
+  return fmt::format(
+      "{{\"step\": {}, \"loss\": {}, \"lm_loss\": {}, \"total_weights\": {}, \"moe_lb_loss\": {}, "
+      "\"z_loss\": {}, \"grad_norm\": {}, \"raw_grad_norm\": {}, \"param_norm\": {}, \"learning_rate\": {}, "
+      "\"step_time_s\": {}, \"tokens_per_s_per_device\": {}, \"tflops_per_s_per_device\": {}, \"mfu\": {}}}",
+      r.step, number(r.loss), number(r.lm_loss), number(r.total_weights), number(r.moe_lb_loss), number(r.z_loss),
+      number(r.grad_norm), number(r.raw_grad_norm), number(r.param_norm), number(r.learning_rate),
+      number(r.step_time_s), number(r.tokens_per_s_per_device), number(r.tflops_per_s_per_device), number(r.mfu));
+}
+
+JsonlWriter::~JsonlWriter() { close(); }
+
+Status JsonlWriter::open(const std::string& path, int64_t flush_period) {
+  close();
+  std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) return io_error("cannot create directory {}: {}", p.parent_path().string(), ec.message());
+  file_ = std::fopen(path.c_str(), "w");
+  if (file_ == nullptr) return io_error("cannot open {} for writing: {}", path, std::strerror(errno));
+  path_ = path;
+  flush_period_ = flush_period < 1 ? 1 : flush_period;
+  pending_ = 0;
+  return ok_status();
+}
+
+Status JsonlWriter::write(const StepRecord& r) {
+  if (file_ == nullptr) return failed_precondition("metrics file is not open");
+  std::string line = json_line(r);
+  line += '\n';
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) {
+    return io_error("cannot write to {}: {}", path_, std::strerror(errno));
+  }
+  if (++pending_ >= flush_period_) return flush();
+  return ok_status();
+}
+
+Status JsonlWriter::flush() {
+  if (file_ == nullptr) return ok_status();
+  pending_ = 0;
+  if (std::fflush(file_) != 0) return io_error("cannot write to {}: {}", path_, std::strerror(errno));
+  return ok_status();
+}
+
+void JsonlWriter::close() {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    file_ = nullptr;
+  }
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,62 @@
+// Per-step metrics: MaxText's console line and a JSON-lines file.
+//
+// Console (MaxText 2026-02's metric_logger line, then Kiln's additions after `loss`):
+//   completed step: 12, seconds: 1.234, TFLOP/s/device: 0.011, Tokens/s/device: 829.876,
+//   total_weights: 1024, loss: 7.123, lm_loss: 7.123, learning_rate: 3.000e-05,
+//   grad_norm: 0.812, raw_grad_norm: 0.812, moe_lb_loss: 0.000000, MFU: 4.71%
+// (one line). metrics.jsonl: one JSON object per step with the fields of StepRecord under
+// the same names; non-finite numbers are written as null (JSON has no NaN).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "kiln/base/status.h"
+
+namespace kiln::train {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;           // the differentiated loss
+  double lm_loss = 0;        // xent_sum / total_weights
+  double total_weights = 0;  // counted target tokens
+  double moe_lb_loss = 0;
+  double z_loss = 0;
+  double grad_norm = 0;      // after clipping
+  double raw_grad_norm = 0;  // before clipping
+  double param_norm = 0;     // after the update
+  double learning_rate = 0;  // used by this step
+  double step_time_s = 0;    // wall time since the previous step completed
+  double tokens_per_s_per_device = 0;
+  double tflops_per_s_per_device = 0;
+  double mfu = 0;            // tflops_per_s_per_device / hardware_peak_tflops (a fraction)
+};
+
+std::string console_line(const StepRecord& r);
+std::string json_line(const StepRecord& r);  // no trailing newline
+
+// Appends JSON lines to a file, flushing every `flush_period` records and on close.
+class JsonlWriter {
+ public:
+  JsonlWriter() = default;
+  ~JsonlWriter();
+  JsonlWriter(const JsonlWriter&) = delete;
+  JsonlWriter& operator=(const JsonlWriter&) = delete;
+
+  // Creates the parent directories; truncates an existing file.
+  Status open(const std::string& path, int64_t flush_period);
+  Status write(const StepRecord& r);
+  Status flush();
+  void close();
+  bool is_open() const { return file_ != nullptr; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+  int64_t flush_period_ = 1;
+  int64_t pending_ = 0;
+};
+
+}  // namespace kiln::train

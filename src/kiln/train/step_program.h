@@ -1,0 +1,77 @@
+// The training step as ONE module, the unit every later stage (SPMD partitioning, fusion,
+// buffer assignment, the compiled backend) works on, as MaxText's jit(train_step):
+//
+//   inputs:  params[n] (weight_dtype), mu[n] (mu_dtype), nu[n], step (s32 []: optax's count),
+//            batch inputs, targets, positions, segmentation (s32 [B, T] each)
+//   body:    model loss -> autodiff::gradients -> clip_by_global_norm -> schedule -> AdamW
+//   outputs: params'[n], mu'[n], nu'[n], step + 1, then the metrics in StepMetric order
+//
+// The state outputs have the shapes of the state inputs, so a runtime can alias them
+// (donate the state); the trainer feeds outputs 0 .. 3n back as the next step's inputs.
+// The init program is a separate module with no inputs whose outputs are the initial
+// parameters (the ParamSpec initialisers as Graph::random draws seeded by init_weights_seed).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/base/status.h"
+#include "kiln/config/config.h"
+#include "kiln/ir/instr.h"
+#include "kiln/models/model.h"
+#include "kiln/optim/adamw.h"
+#include "kiln/optim/schedule.h"
+
+namespace kiln::train {
+
+// The step's scalar metric outputs (f32 []), in output order.
+enum class StepMetric {
+  kLoss,          // what is differentiated: xent_sum / total_weights + auxiliary terms
+  kXentSum,       // summed token cross-entropy (lm_loss = xent_sum / total_weights)
+  kTotalWeights,  // counted target tokens
+  kMoeLbLoss,     // weighted load-balance loss (0 when unused)
+  kZLoss,         // weighted output z-loss (0 when unused)
+  kRawGradNorm,   // global gradient norm before clipping (MaxText learning/raw_grad_norm)
+  kGradNorm,      // after clipping (MaxText learning/grad_norm)
+  kParamNorm,     // global norm of the updated parameters (MaxText learning/param_norm)
+  kLearningRate,  // lr(step) (MaxText learning/current_learning_rate)
+  kCount
+};
+const char* step_metric_name(StepMetric metric);  // "loss", "xent_sum", ...
+
+struct StepProgramOptions {
+  optim::AdamWOptions adamw;
+  optim::ScheduleOptions schedule;
+  double clip_threshold = 1.0;  // gradient_clipping_threshold (0 = off)
+  int64_t batch = 1;            // sequences per step (the micro batch: per-device × devices)
+  int64_t seq_len = 1;          // max_target_length
+
+  static Result<StepProgramOptions> from_config(const config::Config& config);
+};
+
+struct StepProgram {
+  std::unique_ptr<ir::Module> module;
+  int64_t num_params = 0;
+  std::vector<bool> decay;  // per parameter: weight decay applies (adamw_mask)
+
+  // Argument positions.
+  int64_t param_arg(int64_t i) const { return i; }
+  int64_t mu_arg(int64_t i) const { return num_params + i; }
+  int64_t nu_arg(int64_t i) const { return 2 * num_params + i; }
+  int64_t step_arg() const { return 3 * num_params; }
+  int64_t batch_arg(int field) const { return 3 * num_params + 1 + field; }  // inputs, targets, positions, segmentation
+  int64_t num_args() const { return 3 * num_params + 5; }
+  // Output positions: state outputs mirror the state arguments; the metrics follow.
+  int64_t num_state() const { return 3 * num_params + 1; }
+  int64_t metric_output(StepMetric m) const { return num_state() + static_cast<int64_t>(m); }
+};
+
+Result<StepProgram> build_step_program(const models::Model& model, const StepProgramOptions& options);
+
+// Outputs: the initial value of each of `params`, in order, in its dtype, traced with
+// models::initial_value (MaxText's initialisers) from `seed` (init_weights_seed).
+std::unique_ptr<ir::Module> build_init_program(const std::vector<models::ParamSpec>& params, int64_t seed);
+
+}  // namespace kiln::train

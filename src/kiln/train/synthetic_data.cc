@@ -1,0 +1,46 @@
+#include "kiln/train/synthetic_data.h"
+
+#include <vector>
+
+#include "kiln/base/hash.h"
+
+namespace kiln::train {
+
+SyntheticData::SyntheticData(int64_t batch, int64_t seq_len, int64_t vocab, uint64_t seed, bool reuse)
+    : batch_(batch), seq_len_(seq_len), vocab_(vocab), seed_(seed), reuse_(reuse) {}
+
+SyntheticData SyntheticData::from_config(const config::Config& config) {
+  return SyntheticData(config.derived().micro_batch_size, config.get_int("max_target_length"),
+                       config.get_int("vocab_size"), static_cast<uint64_t>(config.get_int("data_shuffle_seed")),
+                       config.get_int("reuse_example_batch") != 0);
+}
+
+HostBatch SyntheticData::next() {
+  int64_t k = reuse_ ? 0 : position_;
+  ++position_;
+  return batch(k);
+}
+
+HostBatch SyntheticData::batch(int64_t k) const {
+  const int64_t T = seq_len_, row = T + 1;
+  const uint64_t stream = mix64(hash_combine(mix64(seed_), static_cast<uint64_t>(k)));
+  std::vector<double> tokens(static_cast<size_t>(batch_ * row));
+  for (int64_t i = 0; i < batch_ * row; ++i) {
+    uint64_t bits = mix64(hash_combine(stream, static_cast<uint64_t>(i)));
+    tokens[i] = static_cast<double>(bits % static_cast<uint64_t>(vocab_));  // bias < vocab / 2^64
+  }
+  std::vector<double> inputs, targets, positions, segmentation;
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      inputs.push_back(tokens[b * row + t]);
+      targets.push_back(tokens[b * row + t + 1]);
+      positions.push_back(static_cast<double>(t));
+      segmentation.push_back(1.0);
+    }
+  }
+  ir::Shape shape(ir::DType::kS32, {batch_, T});
+  return {ir::Literal(shape, std::move(inputs)), ir::Literal(shape, std::move(targets)),
+          ir::Literal(shape, std::move(positions)), ir::Literal(shape, std::move(segmentation))};
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,236 @@
+#include "kiln/train/trainer.h"
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "kiln/base/check.h"
+#include "kiln/interp/interpreter.h"
+
+namespace kiln::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// "kiln_20261129_171502": a default run name from the local time.
+std::string timestamped_run_name() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "kiln_%Y%m%d_%H%M%S", &tm);
+  return text;
+}
+
+// 9081664 -> "9,081,664".
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+Status check_supported(const config::Config& config) {
+  if (config.get_string("dataset_type") != "synthetic") {
+    return invalid_argument("dataset_type={}: the trainer reads only synthetic data so far (dataset_type=synthetic)",
+                            config.get_string("dataset_type"));
+  }
+  if (config.get_int("gradient_accumulation_steps") != 1) {
+    return invalid_argument("gradient_accumulation_steps={}: the trainer does not accumulate gradients yet; use 1",
+                            config.get_int("gradient_accumulation_steps"));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void Trainer::print(const std::string& line) const {
+  if (options_.console == nullptr) return;
+  fmt::print(options_.console, "{}\n", line);
+  std::fflush(options_.console);
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, std::unique_ptr<models::Model> model,
+                                                 TrainerOptions options) {
+  KILN_CHECK(model != nullptr);
+  KILN_RETURN_IF_ERROR(check_supported(config));
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->model_ = std::move(model);
+  t->options_ = options;
+  t->steps_ = config.derived().steps;
+  t->abort_on_nan_ = config.get_bool("abort_on_nan_loss");
+  t->abort_on_inf_ = config.get_bool("abort_on_inf_loss");
+  t->peak_tflops_ = config.get_float("hardware_peak_tflops");
+  const config::Derived& d = config.derived();
+
+  // Where the run writes.
+  t->run_name_ = config.get_string("run_name");
+  if (t->run_name_.empty()) {
+    t->run_name_ = timestamped_run_name();
+    t->print(fmt::format("run_name is empty: using run_name={}", t->run_name_));
+  }
+  t->output_dir_ = (std::filesystem::path(config.get_string("base_output_directory")) / t->run_name_).string();
+
+  // The executor. Only the reference interpreter exists so far.
+  if (config.get_string("executor") == "compiled") {
+    t->print("note: executor=compiled: the compiled CPU backend is not available yet; running the step on the "
+             "reference interpreter (slow, exact)");
+  }
+  if (d.num_devices > 1) {
+    t->print(fmt::format("note: the mesh has {} devices but there is no SPMD partitioner yet: one executor runs the "
+                         "whole global batch, and the per-device rates below count all of it on that one device",
+                         d.num_devices));
+  }
+
+  // Start-up report: parameters and FLOPs, as MaxText logs them.
+  const std::vector<models::ParamSpec>& specs = t->model_->params();
+  models::ParamCounts counts = t->model_->counts();
+  t->print(fmt::format("number parameters: {:.3f} billion", static_cast<double>(counts.total) / 1e9));
+  t->print(fmt::format("active parameters per token: {:.3f} billion ({} total, {} active per token, input "
+                       "embedding not counted as active)",
+                       static_cast<double>(counts.active_per_token) / 1e9, grouped(counts.total),
+                       grouped(counts.active_per_token)));
+  t->flops_ = training_tflops_per_device(FlopInputs::from_config(config), FlopFormula::kMaxText2602);
+  double total = t->flops_.total_tflops();
+  t->print(fmt::format("Per train step: Total TFLOPs: {:.2f}, split as {:.2f}% learnable weight flops and {:.2f}% "
+                       "attention flops",
+                       total, total > 0 ? 100.0 * t->flops_.learnable_tflops / total : 0.0,
+                       total > 0 ? 100.0 * t->flops_.attention_tflops / total : 0.0));
+  t->print(fmt::format("  per device per step: {:.6g} learnable + {:.6g} attention TFLOPs (formula: {})",
+                       t->flops_.learnable_tflops, t->flops_.attention_tflops,
+                       flop_formula_name(FlopFormula::kMaxText2602)));
+  // All devices' work runs on one executor until the partitioner exists (see the note above).
+  const double executing_devices = 1.0;
+  const double device_share = static_cast<double>(d.num_devices) / executing_devices;
+  t->flops_.learnable_tflops *= device_share;
+  t->flops_.attention_tflops *= device_share;
+  t->tokens_per_device_ = static_cast<double>(config.get_int("max_target_length")) *
+                          config.get_float("per_device_batch_size") *
+                          static_cast<double>(config.get_int("gradient_accumulation_steps")) * device_share;
+
+  // Trace the step: model, gradients, optimizer.
+  Clock::time_point trace_start = Clock::now();
+  KILN_ASSIGN_OR_RETURN(StepProgramOptions step_options, StepProgramOptions::from_config(config));
+  KILN_ASSIGN_OR_RETURN(t->program_, build_step_program(*t->model_, step_options));
+  double trace_s = seconds_since(trace_start);
+
+  // Initial state: parameters from the init program, zero moments, step 0.
+  Clock::time_point init_start = Clock::now();
+  std::unique_ptr<ir::Module> init = build_init_program(specs, config.get_int("init_weights_seed"));
+  KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> initial, interp::run(*init, {}));
+  double init_s = seconds_since(init_start);
+  KILN_CHECK(initial.size() == specs.size());
+  const int64_t n = t->program_.num_params;
+  t->args_.resize(static_cast<size_t>(t->program_.num_args()));
+  for (int64_t i = 0; i < n; ++i) {
+    t->args_[t->program_.mu_arg(i)] = ir::Literal(specs[i].shape.with_dtype(step_options.adamw.mu_dtype));
+    t->args_[t->program_.nu_arg(i)] = ir::Literal(specs[i].shape);
+    t->args_[t->program_.param_arg(i)] = std::move(initial[i]);
+  }
+  t->args_[t->program_.step_arg()] = ir::Literal::scalar(ir::DType::kS32, 0);
+  t->print(fmt::format("traced the training step (loss, gradients, clipping, schedule, AdamW) in {:.3f} s: {} "
+                       "instructions; initialised {} parameter tensors in {:.3f} s (init_weights_seed={})",
+                       trace_s, t->program_.module->entry()->instructions().size(), n, init_s,
+                       config.get_int("init_weights_seed")));
+  t->print(fmt::format("compile/trace time: {:.3f} s (executor: reference interpreter, nothing to compile)",
+                       trace_s + init_s));
+
+  t->data_ = SyntheticData::from_config(config);
+  if (options.write_metrics_file) {
+    std::string path = (std::filesystem::path(t->output_dir_) / "metrics.jsonl").string();
+    KILN_RETURN_IF_ERROR(t->metrics_.open(path, config.get_int("log_period")));
+    t->print(fmt::format("writing per-step metrics to {}", path));
+    if (!config.get_string("metrics_file").empty()) {
+      KILN_RETURN_IF_ERROR(t->extra_metrics_.open(config.get_string("metrics_file"), config.get_int("log_period")));
+    }
+  }
+  t->last_step_end_ = Clock::now();
+  return t;
+}
+
+std::vector<ir::Literal> Trainer::params() const {
+  return std::vector<ir::Literal>(args_.begin(), args_.begin() + program_.num_params);
+}
+
+Result<StepRecord> Trainer::run_step() {
+  HostBatch batch = data_.next();
+  args_[program_.batch_arg(0)] = std::move(batch.inputs);
+  args_[program_.batch_arg(1)] = std::move(batch.targets);
+  args_[program_.batch_arg(2)] = std::move(batch.positions);
+  args_[program_.batch_arg(3)] = std::move(batch.segmentation);
+  args_[program_.step_arg()] = ir::Literal::scalar(ir::DType::kS32, static_cast<double>(step_));
+
+  KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> outputs, interp::run(*program_.module, args_));
+  KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.metric_output(StepMetric::kCount));
+  // The new state becomes the next step's arguments.
+  for (int64_t i = 0; i < program_.num_state(); ++i) args_[i] = std::move(outputs[i]);
+  auto metric = [&](StepMetric m) { return outputs[program_.metric_output(m)].scalar_value(); };
+
+  StepRecord r;
+  r.step = step_;
+  r.step_time_s = seconds_since(last_step_end_);
+  last_step_end_ = Clock::now();
+  r.loss = metric(StepMetric::kLoss);
+  r.total_weights = metric(StepMetric::kTotalWeights);
+  r.lm_loss = r.total_weights > 0 ? metric(StepMetric::kXentSum) / r.total_weights : 0.0;
+  r.moe_lb_loss = metric(StepMetric::kMoeLbLoss);
+  r.z_loss = metric(StepMetric::kZLoss);
+  r.grad_norm = metric(StepMetric::kGradNorm);
+  r.raw_grad_norm = metric(StepMetric::kRawGradNorm);
+  r.param_norm = metric(StepMetric::kParamNorm);
+  r.learning_rate = metric(StepMetric::kLearningRate);
+  if (r.step_time_s > 0) {
+    r.tokens_per_s_per_device = tokens_per_device_ / r.step_time_s;
+    r.tflops_per_s_per_device = flops_.total_tflops() / r.step_time_s;
+  }
+  r.mfu = peak_tflops_ > 0 ? r.tflops_per_s_per_device / peak_tflops_ : 0.0;
+
+  print(console_line(r));
+  if (metrics_.is_open()) KILN_RETURN_IF_ERROR(metrics_.write(r));
+  if (extra_metrics_.is_open()) KILN_RETURN_IF_ERROR(extra_metrics_.write(r));
+  history_.push_back(r);
+  ++step_;
+  Status loss_ok = check_loss(r);
+  if (!loss_ok.ok()) {
+    (void)metrics_.flush();
+    (void)extra_metrics_.flush();
+    return loss_ok;
+  }
+  return r;
+}
+
+Status Trainer::check_loss(const StepRecord& r) const {
+  if (std::isnan(r.loss) && abort_on_nan_) {
+    return failed_precondition("loss is NaN at step {}; stopping the run (abort_on_nan_loss=true)", r.step);
+  }
+  if (std::isinf(r.loss) && abort_on_inf_) {
+    return failed_precondition("loss is {} at step {}; stopping the run (abort_on_inf_loss=true)",
+                               r.loss > 0 ? "+Inf" : "-Inf", r.step);
+  }
+  return ok_status();
+}
+
+Status Trainer::run() {
+  while (step_ < steps_) {
+    Result<StepRecord> r = run_step();
+    if (!r.ok()) return r.status();
+  }
+  KILN_RETURN_IF_ERROR(metrics_.flush());
+  KILN_RETURN_IF_ERROR(extra_metrics_.flush());
+  if (!history_.empty()) {
+    const StepRecord& last = history_.back();
+    print(fmt::format("finished {} steps: loss {:.3f} -> {:.3f}", history_.size(), history_.front().loss, last.loss));
+  }
+  return ok_status();
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,82 @@
+// The trainer: builds the step program and the initial state once, then loops
+// next batch -> step -> metrics, as MaxText's train loop does.
+//
+//   KILN_ASSIGN_OR_RETURN(auto model, models::make_model(config));
+//   KILN_ASSIGN_OR_RETURN(auto trainer, train::Trainer::create(config, std::move(model)));
+//   KILN_RETURN_IF_ERROR(trainer->run());   // all `steps`; NaN/Inf loss -> failed_precondition
+//
+// State: parameters, Adam moments and the step counter, host literals fed to the step
+// program and replaced by its outputs. The executor is the reference interpreter (the only
+// one so far: executor=compiled prints a note and falls back to it). Same config and seeds
+// give bitwise-identical losses: the interpreter, the data and the initialisation are all
+// deterministic.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/base/status.h"
+#include "kiln/config/config.h"
+#include "kiln/ir/literal.h"
+#include "kiln/models/model.h"
+#include "kiln/train/flops.h"
+#include "kiln/train/metrics.h"
+#include "kiln/train/step_program.h"
+#include "kiln/train/synthetic_data.h"
+
+namespace kiln::train {
+
+struct TrainerOptions {
+  std::FILE* console = stdout;  // start-up report and per-step lines (nullptr: silent)
+  bool write_metrics_file = true;  // {base_output_directory}/{run_name}/metrics.jsonl
+};
+
+class Trainer {
+ public:
+  // Checks the config keys the trainer supports (bad ones are invalid_argument), builds the
+  // step and init programs, initialises the state and prints the start-up report.
+  static Result<std::unique_ptr<Trainer>> create(const config::Config& config, std::unique_ptr<models::Model> model,
+                                                 TrainerOptions options = {});
+
+  // Runs the remaining steps up to `steps`. A NaN or Inf loss (with abort_on_nan_loss /
+  // abort_on_inf_loss) stops the run with failed_precondition after logging that step.
+  Status run();
+  // One step: its record (already printed and written).
+  Result<StepRecord> run_step();
+
+  int64_t step() const { return step_; }
+  const std::vector<StepRecord>& history() const { return history_; }
+  const std::string& run_name() const { return run_name_; }
+  const std::string& output_dir() const { return output_dir_; }
+  std::string metrics_path() const { return metrics_.path(); }
+  const TrainingFlops& flops() const { return flops_; }
+  // Current parameters, in model.params() order.
+  std::vector<ir::Literal> params() const;
+  const StepProgram& program() const { return program_; }
+
+ private:
+  Trainer() = default;
+  Status check_loss(const StepRecord& r) const;
+  void print(const std::string& line) const;
+
+  std::unique_ptr<models::Model> model_;
+  TrainerOptions options_;
+  StepProgram program_;
+  SyntheticData data_{1, 1, 1, 0, true};
+  std::vector<ir::Literal> args_;  // the step program's arguments: state, then the batch
+  int64_t step_ = 0;
+  int64_t steps_ = 0;
+  TrainingFlops flops_;
+  double tokens_per_device_ = 0;  // per step
+  double peak_tflops_ = 1;
+  bool abort_on_nan_ = true, abort_on_inf_ = true;
+  std::string run_name_, output_dir_;
+  JsonlWriter metrics_, extra_metrics_;  // metrics.jsonl and metrics_file
+  std::vector<StepRecord> history_;
+  std::chrono::steady_clock::time_point last_step_end_;
+};
+
+}  // namespace kiln::train

@@ -1,0 +1,107 @@
+// MaxText's analytic FLOP formula on the spec's sanity values (spec §2.12 and §3.3) and the
+// exact console / JSON line formats.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "kiln/base/check.h"
+#include "kiln/config/config.h"
+#include "kiln/train/flops.h"
+#include "kiln/train/metrics.h"
+
+namespace kiln::train {
+namespace {
+
+config::Config load(std::vector<std::string> overrides, std::string config_path = "") {
+  config::LoadOptions lo;
+  lo.overrides = std::move(overrides);
+  lo.config_path = std::move(config_path);
+  auto cfg = config::load(lo);
+  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
+  return *cfg;
+}
+
+TEST(Flops, GptOss20bAtBatch1Seq4096MatchesTheSpec) {
+  config::Config cfg = load({"model_name=gpt-oss-20b", "per_device_batch_size=1", "max_target_length=4096"});
+  FlopInputs in = FlopInputs::from_config(cfg);
+  TrainingFlops old_formula = training_tflops_per_device(in, FlopFormula::kMaxText2602);
+  TrainingFlops head = training_tflops_per_device(in, FlopFormula::kMaxTextHead);
+  // 88.65 learnable (21.64 GFLOP per token) + 5.10 (MT-2602) / 5.25 (HEAD) attention TFLOPs.
+  EXPECT_NEAR(old_formula.learnable_tflops, 88.65, 0.005);
+  EXPECT_NEAR(old_formula.learnable_tflops * 1e12 / 4096 / 1e9, 21.64, 0.005);
+  EXPECT_NEAR(old_formula.attention_tflops, 5.10, 0.005);
+  EXPECT_EQ(head.learnable_tflops, old_formula.learnable_tflops);
+  EXPECT_NEAR(head.attention_tflops, 5.25, 0.005);
+}
+
+TEST(Flops, GptOss120bLearnablePerToken) {
+  config::Config cfg = load({"model_name=gpt-oss-120b", "per_device_batch_size=1", "max_target_length=4096"});
+  TrainingFlops f = training_tflops_per_device(FlopInputs::from_config(cfg));
+  EXPECT_NEAR(f.learnable_tflops * 1e12 / 4096 / 1e9, 30.79, 0.005);
+}
+
+TEST(Flops, ReferenceRunConfigGives4Point04PerDevicePerStep) {
+  config::Config cfg = load({}, std::string(KILN_SOURCE_DIR) + "/configs/gpt-oss-3.5b-v6e4.yml");
+  ASSERT_EQ(cfg.derived().num_devices, 4);
+  FlopInputs in = FlopInputs::from_config(cfg);
+  TrainingFlops f = training_tflops_per_device(in, FlopFormula::kMaxText2602);
+  // Spec §3.3: learnable 3.9202 + attention 0.1160 = 4.0362; the log says "Total TFLOPs: 4.04,
+  // split as 97.13% learnable weight flops and 2.87% attention flops".
+  EXPECT_NEAR(f.learnable_tflops, 3.9202, 5e-5);
+  EXPECT_NEAR(f.attention_tflops, 0.1160, 5e-5);
+  EXPECT_EQ(fmt::format("{:.2f}", f.total_tflops()), "4.04");
+  EXPECT_EQ(fmt::format("{:.2f}", 100 * f.learnable_tflops / f.total_tflops()), "97.13");
+  EXPECT_EQ(fmt::format("{:.2f}", 100 * f.attention_tflops / f.total_tflops()), "2.87");
+  TrainingFlops head = training_tflops_per_device(in, FlopFormula::kMaxTextHead);
+  EXPECT_NEAR(head.total_tflops(), 4.0475, 5e-5);
+  // 4.0362 TFLOP in the reference run's 0.182 s steps is its logged ~22.2 TFLOP/s/device.
+  EXPECT_NEAR(f.total_tflops() / 0.182, 22.18, 0.01);
+}
+
+TEST(Flops, WithoutASlidingWindowEveryLayerIsHalvedCausal) {
+  FlopInputs in;
+  in.batch = 2;
+  in.seq_len = 64;
+  in.num_query_heads = 4;
+  in.head_dim = 8;
+  in.num_layers = 3;
+  double causal = 3.0 * 3 * 4 * 2 * 64.0 * 64 * 4 * 8 / 2 / 1e12;  // 3 × L × 4BT²Hd / 2
+  EXPECT_DOUBLE_EQ(training_tflops_per_device(in, FlopFormula::kMaxText2602).attention_tflops, causal);
+  EXPECT_DOUBLE_EQ(training_tflops_per_device(in, FlopFormula::kMaxTextHead).attention_tflops, causal);
+  // A dense MLP: 2BTID n_act + 2BTID per layer.
+  in.num_experts = 1;
+  in.mlp_dim = 16;
+  in.emb_dim = 4;
+  in.num_kv_heads = 4;
+  in.vocab = 10;
+  double ffn = 2.0 * 2 * 64 * 16 * 4 * 2 + 2.0 * 2 * 64 * 16 * 4;
+  double qkv = 2.0 * 2 * 64 * 4 * (4 + 8) * 8, proj = 2.0 * 2 * 64 * 4 * 4 * 8, unembed = 2.0 * 2 * 64 * 4 * 10;
+  EXPECT_DOUBLE_EQ(training_tflops_per_device(in).learnable_tflops, 3 * (3 * (ffn + qkv + proj) + unembed) / 1e12);
+}
+
+TEST(Metrics, ConsoleLineStartsWithMaxTextsFormat) {
+  StepRecord r;
+  r.step = 12;
+  r.step_time_s = 0.18234;
+  r.tflops_per_s_per_device = 22.1847;
+  r.tokens_per_s_per_device = 5630.4567;
+  r.total_weights = 4096;
+  r.loss = 10.87149;
+  r.lm_loss = 10.87149;
+  r.learning_rate = 3e-5;
+  r.grad_norm = 0.5;
+  r.raw_grad_norm = 2.25;
+  r.moe_lb_loss = 0.0125;
+  r.mfu = 0.02417;
+  EXPECT_EQ(console_line(r),
+            "completed step: 12, seconds: 0.182, TFLOP/s/device: 22.185, Tokens/s/device: 5630.457, "
+            "total_weights: 4096, loss: 10.871, lm_loss: 10.871, learning_rate: 3.000e-05, grad_norm: 0.500, "
+            "raw_grad_norm: 2.250, moe_lb_loss: 0.012500, MFU: 2.42%");
+  std::string json = json_line(r);
+  EXPECT_EQ(json.rfind("{\"step\": 12, \"loss\": 10.87149, ", 0), 0u) << json;
+  EXPECT_NE(json.find("\"learning_rate\": 3e-05"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"mfu\": 0.02417}"), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace kiln::train
