@@ -22,7 +22,7 @@ Tensor attention_mask(const Tensor& segmentation, int64_t window) {
 }
 
 Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x,
-                 const Tensor& positions, const Tensor& allowed, const std::vector<double>& inv_freq) {
+                 const RopeTables& rope, const Tensor& allowed) {
   frontend::Graph& g = *x.graph();
   auto scope = g.scope(prefix);
   auto project = [&](const char* name, std::vector<std::string> axes) {
@@ -35,10 +35,8 @@ Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& 
   Tensor k = project("key", {"activation_batch", "activation_length", "activation_kv_heads", "activation_kv_head_dim"});
   Tensor v = project("value", {"activation_batch", "activation_length", "activation_kv_heads", "activation_kv_head_dim"});
 
-  const double rope_scale = rope_cos_sin_scale(c.rope);
-  const bool interleave = c.rope.type == "yarn" && c.rope.interleave;
-  q = apply_rope(q, positions, inv_freq, rope_scale, interleave).named("query_rope");
-  k = apply_rope(k, positions, inv_freq, rope_scale, interleave).named("key_rope");
+  q = apply_rope(q, rope).named("query_rope");
+  k = apply_rope(k, rope).named("key_rope");
 
   Tensor sinks = c.attention_sink ? p.raw(prefix + ".sinks") : Tensor();
   Tensor context = frontend::nn::dot_product_attention(q, k, v, allowed, 1.0 / std::sqrt(static_cast<double>(c.head_dim)), sinks)

@@ -37,7 +37,8 @@ GptOss::Forward GptOss::forward(frontend::Graph& g, std::span<const Tensor> para
   // [B, T, D]; the table is gathered then cast (the same values as casting it first).
   Tensor x = p.raw("token_embedder.embedding").take(batch.inputs, 0).astype(c.dtype).named("embed").axes(kActivationAxes);
 
-  // Masks are the same for every layer of a kind: build each once.
+  // RoPE tables and masks are the same for every layer (of a kind): build each once.
+  const RopeTables rope = rope_tables(c.rope, batch.positions, inv_freq_);
   Tensor full_mask = attention_mask(batch.segmentation, 0).named("attention_mask_full");
   Tensor sliding_mask = c.sliding_window > 0
                             ? attention_mask(batch.segmentation, c.sliding_window).named("attention_mask_sliding")
@@ -53,8 +54,7 @@ GptOss::Forward GptOss::forward(frontend::Graph& g, std::span<const Tensor> para
               .named("pre_self_attention_layer_norm")
               .axes(kActivationAxes);
     }
-    Tensor a = attention(c, p, layer + ".self_attention", h, batch.positions, c.is_sliding(l) ? sliding_mask : full_mask,
-                         inv_freq_);
+    Tensor a = attention(c, p, layer + ".self_attention", h, rope, c.is_sliding(l) ? sliding_mask : full_mask);
     {
       auto scope = g.scope(layer);
       x = (x + a).named("attention_residual").axes(kActivationAxes);

@@ -26,12 +26,19 @@ class ParamTable {
   std::span<const frontend::Tensor> values_;
 };
 
-// Rotates x [B, T, N, Dh] by angles positions [B, T] (s32) * inv_freq [Dh/2]; cos and sin
-// are multiplied by `scale`. Halves (a, b) -> (a cos - b sin, b cos + a sin); with
+// cos and sin of the rotary angles positions [B, T] (s32) * inv_freq [Dh/2], each float32
+// [B, T, 1, Dh/2] and multiplied by the config's scale (YaRN's concentration). Built once
+// per trace and shared by every layer.
+struct RopeTables {
+  frontend::Tensor cos, sin;
+  bool interleave = false;
+};
+RopeTables rope_tables(const RopeConfig& rope, const frontend::Tensor& positions, const std::vector<double>& inv_freq);
+
+// Rotates x [B, T, N, Dh]: halves (a, b) -> (a cos - b sin, b cos + a sin); with
 // `interleave` the pairs are (x[2i], x[2i+1]) and the result is written as halves, as
 // MaxText's YaRN does. Computed in float32, returned in x's dtype.
-frontend::Tensor apply_rope(const frontend::Tensor& x, const frontend::Tensor& positions,
-                            const std::vector<double>& inv_freq, double scale, bool interleave);
+frontend::Tensor apply_rope(const frontend::Tensor& x, const RopeTables& rope);
 
 // pred [B, T, T]: query i may see key j (causal, same segment, and i - j < window when
 // window > 0).
@@ -39,8 +46,7 @@ frontend::Tensor attention_mask(const frontend::Tensor& segmentation, int64_t wi
 
 // x: [B, T, D] (already normalised) -> [B, T, D]. `prefix` is "layers.N.self_attention".
 frontend::Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& prefix,
-                           const frontend::Tensor& x, const frontend::Tensor& positions,
-                           const frontend::Tensor& allowed, const std::vector<double>& inv_freq);
+                           const frontend::Tensor& x, const RopeTables& rope, const frontend::Tensor& allowed);
 
 struct MlpOutputs {
   frontend::Tensor out;      // [B, T, D]

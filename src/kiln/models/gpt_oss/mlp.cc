@@ -60,11 +60,36 @@ Tensor dense_mlp(const GptOssConfig& c, const ParamTable& p, const std::string& 
   return out;
 }
 
-// Every expert runs on every token; combine [B, T, E] (float32) weights their outputs and is
-// zero for the experts a token did not pick. This is the dispatch a sparse (grouped-matmul)
-// path replaces: same inputs, same result.
+// The router's decision for every token, in the two forms dispatches use.
+struct Routing {
+  Tensor index;    // s32 [B, T, k]: the picked experts, best first
+  Tensor weights;  // f32 [B, T, k]: their weights
+  Tensor combine;  // f32 [B, T, E]: the weights scattered over all experts (0 where not picked)
+  Tensor logits;   // f32 [B, T, E]: the router logits (for the load-balance loss)
+};
+
+// Router: linear with bias, top-k on the raw logits, softmax over the k picked (in float32).
+Routing route(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x) {
+  Routing r;
+  Tensor logits = frontend::einsum("btd,de->bte", x, p(prefix + ".gate.kernel"));
+  if (c.routed_bias) logits = logits + p(prefix + ".gate.bias");
+  r.logits = logits.astype(ir::DType::kF32).named("router_logits").axes({"activation_batch", "activation_length", ""});
+  auto [top_logits, top_index] = frontend::top_k(r.logits, c.top_k);              // [B, T, k]
+  r.index = top_index.named("expert_index");
+  r.weights = frontend::nn::softmax(top_logits, -1);                               // over the k picked
+  if (c.norm_topk_prob) r.weights = r.weights / r.weights.sum({-1}, true);
+  if (c.routed_scaling_factor != 1.0) r.weights = r.weights * c.routed_scaling_factor;
+  r.weights = r.weights.named("expert_weights");
+  Tensor picked = frontend::one_hot(r.index, c.num_experts, ir::DType::kF32);      // [B, T, k, E]
+  r.combine = (picked * r.weights.expand_dims(-1)).sum({2}).named("combine");      // [B, T, E]
+  return r;
+}
+
+// Every expert runs on every token; routing.combine weights their outputs and is zero for
+// the experts a token did not pick. A sparse (grouped-matmul) dispatch replaces this
+// function: same inputs, same result.
 Tensor dense_experts(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x,
-                     const Tensor& combine) {
+                     const Routing& routing) {
   auto project = [&](const std::string& name) {
     Tensor y = frontend::einsum("btd,edi->btei", x, p(prefix + "." + name));  // [B, T, E, I]
     if (c.mlp_bias) y = y + p(prefix + "." + name + "_bias");
@@ -77,7 +102,7 @@ Tensor dense_experts(const GptOssConfig& c, const ParamTable& p, const std::stri
   if (c.mlp_bias) y = y + p(prefix + ".wo_bias");
   y = y.named("mlpwo");
   const ir::DType sum_dtype = c.float32_weight_sum ? ir::DType::kF32 : c.dtype;
-  Tensor out = frontend::einsum("bted,bte->btd", y.astype(sum_dtype), combine.astype(sum_dtype));
+  Tensor out = frontend::einsum("bted,bte->btd", y.astype(sum_dtype), routing.combine.astype(sum_dtype));
   return out.astype(c.dtype);
 }
 
@@ -91,28 +116,20 @@ MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& pr
     result.out = dense_mlp(c, p, prefix, x).named("out").axes({"activation_batch", "activation_length", "activation_embed"});
     return result;
   }
-  const int64_t e = c.num_experts;
-  // Router: [B, T, E], selection and weights in float32.
-  Tensor logits = frontend::einsum("btd,de->bte", x, p(prefix + ".gate.kernel"));
-  if (c.routed_bias) logits = logits + p(prefix + ".gate.bias");
-  logits = logits.astype(ir::DType::kF32).named("router_logits").axes({"activation_batch", "activation_length", ""});
-  auto [top_logits, top_index] = frontend::top_k(logits, c.top_k);                 // [B, T, k]
-  top_index.named("expert_index");
-  Tensor weights = frontend::nn::softmax(top_logits, -1);                           // over the k picked
-  if (c.norm_topk_prob) weights = weights / weights.sum({-1}, true);
-  if (c.routed_scaling_factor != 1.0) weights = weights * c.routed_scaling_factor;
-  Tensor picked = frontend::one_hot(top_index, e, ir::DType::kF32);                 // [B, T, k, E]
-  Tensor combine = (picked * weights.expand_dims(-1)).sum({2}).named("combine");    // [B, T, E]
-  result.out = dense_experts(c, p, prefix, x, combine)
+  // sparse_matmul will select the grouped-matmul dispatch once it exists; until then every
+  // config dispatches densely (the same numbers, more FLOPs).
+  Routing routing = route(c, p, prefix, x);
+  result.out = dense_experts(c, p, prefix, x, routing)
                    .named("out")
                    .axes({"activation_batch", "activation_length", "activation_embed"});
 
   if (c.load_balance_loss_weight > 0) {
-    // MaxText: per sequence, density[e] = fraction of the token-choices that went to e,
+    // MaxText: per sequence, density[e] = mean over tokens of "e is among the picked",
     // prob[e] = mean router probability of e; mean(density * prob) * E^2 * weight,
     // averaged over the batch (balanced routing scores k * weight).
-    Tensor density = picked.sum({2}).mean({1});                                     // [B, E]
-    Tensor prob = frontend::nn::softmax(logits, -1).mean({1});                       // [B, E]
+    const int64_t e = c.num_experts;
+    Tensor density = frontend::one_hot(routing.index, e, ir::DType::kF32).sum({2}).mean({1});  // [B, E]
+    Tensor prob = frontend::nn::softmax(routing.logits, -1).mean({1});                          // [B, E]
     result.lb_loss = ((density * prob).mean({0, 1}) * (static_cast<double>(e * e) * c.load_balance_loss_weight))
                          .named("moe_lb_loss");
   }

@@ -55,22 +55,30 @@ double rope_cos_sin_scale(const RopeConfig& r) {
   return 0.1 * r.mscale * std::log(r.factor) + 1.0;
 }
 
-Tensor apply_rope(const Tensor& x, const Tensor& positions, const std::vector<double>& inv_freq, double scale,
-                  bool interleave) {
-  frontend::Graph& g = *x.graph();
-  const int64_t b = x.dim(0), t = x.dim(1), dh = x.dim(3), half = dh / 2;
-  KILN_CHECK_EQ(static_cast<int64_t>(inv_freq.size()), half);
-  Tensor freq = g.constant(ir::Literal(frontend::f32({half}), inv_freq));               // [Dh/2]
-  Tensor angles = positions.astype(ir::DType::kF32).reshape({b, t, 1, 1}) * freq;           // [B, T, 1, Dh/2]
-  Tensor cos_a = cos(angles), sin_a = sin(angles);
+RopeTables rope_tables(const RopeConfig& rope, const Tensor& positions, const std::vector<double>& inv_freq) {
+  frontend::Graph& g = *positions.graph();
+  const int64_t b = positions.dim(0), t = positions.dim(1), half = static_cast<int64_t>(inv_freq.size());
+  Tensor freq = g.constant(ir::Literal(frontend::f32({half}), inv_freq));                 // [Dh/2]
+  Tensor angles = positions.astype(ir::DType::kF32).reshape({b, t, 1, 1}) * freq;         // [B, T, 1, Dh/2]
+  RopeTables tables{cos(angles), sin(angles), rope.type == "yarn" && rope.interleave};
+  const double scale = rope_cos_sin_scale(rope);
   if (scale != 1.0) {
-    cos_a = cos_a * scale;
-    sin_a = sin_a * scale;
+    tables.cos = tables.cos * scale;
+    tables.sin = tables.sin * scale;
   }
+  tables.cos = tables.cos.named("rope_cos");
+  tables.sin = tables.sin.named("rope_sin");
+  return tables;
+}
+
+Tensor apply_rope(const Tensor& x, const RopeTables& rope) {
+  const int64_t dh = x.dim(3), half = dh / 2;
+  KILN_CHECK_EQ(rope.cos.dim(3), half);
   Tensor xf = x.astype(ir::DType::kF32);
-  Tensor first = interleave ? xf.slice(-1, 0, dh, 2) : xf.slice(-1, 0, half);            // [B, T, N, Dh/2]
-  Tensor second = interleave ? xf.slice(-1, 1, dh, 2) : xf.slice(-1, half, dh);
-  Tensor rotated = frontend::concatenate({first * cos_a - second * sin_a, second * cos_a + first * sin_a}, -1);
+  Tensor first = rope.interleave ? xf.slice(-1, 0, dh, 2) : xf.slice(-1, 0, half);      // [B, T, N, Dh/2]
+  Tensor second = rope.interleave ? xf.slice(-1, 1, dh, 2) : xf.slice(-1, half, dh);
+  Tensor rotated = frontend::concatenate(
+      {first * rope.cos - second * rope.sin, second * rope.cos + first * rope.sin}, -1);
   return rotated.astype(x.dtype());
 }
 
