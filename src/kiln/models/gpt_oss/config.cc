@@ -95,6 +95,21 @@ Result<GptOssConfig> GptOssConfig::from(const config::Config& config) {
       return invalid_argument("mlp_activations: '{}' is not supported (accepted: silu, gelu, relu, sigmoid, linear)", a);
     }
   }
+  // Switches that would change the math but are not implemented yet fail loudly.
+  if (number(config, "attn_logits_soft_cap") > 0) {
+    return unimplemented("attn_logits_soft_cap: attention logit soft-capping is not implemented by decoder_block gpt_oss");
+  }
+  if (config.get_bool("fused_qkv")) {
+    return unimplemented("fused_qkv: the fused q/k/v projection layout is not implemented by decoder_block gpt_oss");
+  }
+  if (number(config, "capacity_factor") > 0) {
+    return unimplemented("capacity_factor: {} asks for token dropping; only dropless routing (-1) is implemented",
+                         number(config, "capacity_factor"));
+  }
+  if (config.get_bool("enable_dropout") && number(config, "dropout_rate") > 0) {
+    return unimplemented("dropout_rate: dropout is not implemented by decoder_block gpt_oss (set enable_dropout=false "
+                         "or dropout_rate=0)");
+  }
   if (config.get_bool("use_random_routing")) {
     return unimplemented("use_random_routing: random routing is not implemented by decoder_block gpt_oss");
   }

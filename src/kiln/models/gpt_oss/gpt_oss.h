@@ -39,6 +39,19 @@
 //
 // Hugging Face's gate_up_proj [E, D, 2I] holds wi_0 in its even and wi_1 in its odd columns;
 // q_proj.weight [H*Dh, D] is query.kernel reshaped to [D, H*Dh] and transposed, and so on.
+//
+// Precision: parameters are stored in weight_dtype and cast to dtype where they are used;
+// matmuls, attention (q.k and p.v) and the residual stream run in dtype; RMSNorm
+// statistics, the attention and router softmaxes, the routing weights, the weighted expert
+// sum (float32_weight_sum), the logits (cast_logits_to_fp32) and the losses in float32.
+//
+// Keys read but not (yet) changing the program: scan_layers (layers are unrolled, each with
+// its own parameters), sparse_matmul / megablox (experts are dispatched densely; the result
+// is the same), attention (always dot-product), float32_qk_product / float32_logits (the
+// softmax is always float32), inhomogeneous_layer_cycle_interval (the sliding/full
+// alternation is GPT-OSS's). Keys that would change the math but are not implemented
+// (attn_logits_soft_cap, fused_qkv, capacity_factor > 0, dropout, use_random_routing,
+// rope_type llama3.1) are errors.
 #pragma once
 
 #include <map>
