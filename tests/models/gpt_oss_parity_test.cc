@@ -75,6 +75,9 @@ TEST(GptOssParams, CountsMatchPublishedModels) {
   // The reference run (spec Part 3).
   ParamCounts ref = build(load_config({}, std::string(KILN_SOURCE_DIR) + "/configs/gpt-oss-3.5b-v6e4.yml"))->counts();
   EXPECT_EQ(ref.total, 3'525'462'784);
+  // Spec §3.2: "638 M excluding the input embedding" (16 × (attention 10,495,008 + router
+  // 32,784 + 2 of 16 experts 25,178,112) + unembedding 67,108,864 + final norm 2,048).
+  EXPECT_EQ(ref.active_per_token, 638'405'376);
 }
 
 TEST(GptOssParams, NamesShapesAndLogicalAxes) {
