@@ -79,5 +79,26 @@ TEST(PipelineOnAModel, TransformerBlockWithGradientsKeepsItsValues) {
   EXPECT_FALSE(*again);
 }
 
+TEST(PipelineOnAModel, CleanupPassesRunOnFusedModules) {
+  // Simplify, CSE and DCE also walk fusion bodies (called computations): after fusion they
+  // must keep the module valid and its values unchanged, and DCE drops bodies of fusions
+  // that become unused.
+  std::unique_ptr<ir::Module> module = trace_block();
+  std::unique_ptr<ir::Module> original = module->clone();
+  PipelineOptions options;
+  options.verify_each = true;
+  options.fixed_point_cap_is_error = true;
+  auto pipeline = pipeline_from_spec("dce,fix(simplify,cse,dce),fusion,fix(simplify,cse,dce)", options);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().to_string();
+  auto changed = pipeline->run(*module);
+  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+  EXPECT_GT(module->computations().size(), 1u);
+  testing::expect_same_outputs(*original, *module);
+  std::string text = ir::print_module(*module);
+  auto reparsed = ir::parse_module(text);
+  ASSERT_TRUE(reparsed.ok()) << reparsed.status().to_string();
+  EXPECT_EQ(ir::print_module(**reparsed), text);
+}
+
 }  // namespace
 }  // namespace kiln::passes
