@@ -5,6 +5,7 @@ namespace kiln::app {
 // Each subcommand's entry point, defined in its cmd_<name>.cc.
 std::function<int()> add_config_command(CLI::App& cmd);
 std::function<int()> add_train_command(CLI::App& cmd);
+std::function<int()> add_compile_command(CLI::App& cmd);
 std::function<int()> add_ir_opt_command(CLI::App& cmd);
 std::function<int()> add_ir_run_command(CLI::App& cmd);
 
@@ -13,6 +14,8 @@ const std::vector<Command>& commands() {
       {"config", "Print the resolved config (base.yml <- CONFIG.yml <- model <- key=value) as YAML",
        add_config_command},
       {"train", "Train the configured model (MaxText's train.py): kiln train [CONFIG.yml] [key=value ...]", add_train_command},
+      {"compile", "Compile the training step without running it and report kernels, FLOPs and memory (--json)",
+       add_compile_command},
       {"ir-opt", "Run passes on an IR file and print the result (--passes=dce,cse,simplify)", add_ir_opt_command},
       {"ir-run", "Run an IR file with the reference interpreter on random or given inputs", add_ir_run_command},
   };

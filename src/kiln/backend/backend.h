@@ -31,6 +31,14 @@ struct CompileReport {
   int64_t fallback_kernels = 0;  // ops run through the reference evaluation (slow path)
   int64_t kernels_compiled = 0;  // kernels the system compiler built this time (0 when cached)
   double compile_seconds = 0;
+
+  // Memory the executable needs, from its schedule (values freed after their last use).
+  int64_t argument_bytes = 0;      // all inputs (parameters, optimizer state, batch)
+  int64_t constant_bytes = 0;      // constants materialized once
+  int64_t peak_value_bytes = 0;    // peak of intermediate values live at once
+  // Intermediate values live when the first gradient instruction (named "*.grad") runs:
+  // what the forward pass keeps for the backward pass. 0 when the program has no gradients.
+  int64_t saved_activation_bytes = 0;
 };
 
 class Executable {

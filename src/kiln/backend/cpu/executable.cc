@@ -4,6 +4,11 @@
 // Values are freed after their last use. A planned arena with in-place updates of donated
 // state comes with buffer assignment (memory/).
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include <fmt/format.h>
 #include <fstream>
 #include <unordered_map>
 
@@ -37,8 +42,16 @@ class CpuExecutable : public Executable {
   Status build(const ir::Module& source, const CompileOptions& options);
   Result<std::vector<Buffer>> run(std::span<const Buffer> args) override;
   const CompileReport& report() const override { return report_; }
+  ~CpuExecutable() override { print_profile(); }
 
  private:
+  // KILN_PROFILE_KERNELS=1: time per (opcode, shape), printed when the executable dies.
+  void print_profile() const;
+  bool profile_ = std::getenv("KILN_PROFILE_KERNELS") != nullptr;
+  std::map<std::string, std::pair<double, int64_t>> profile_times_;
+
+  void estimate_memory();
+
   std::unique_ptr<ir::Module> module_;
   std::vector<Step> steps_;
   std::vector<std::vector<int>> frees_;  // per step: value slots whose last use it is
@@ -60,7 +73,7 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   pipeline.add(std::make_unique<passes::FusionPass>(!options.fuse));
   pipeline.add(std::make_unique<passes::DcePass>());
   KILN_RETURN_IF_ERROR(pipeline.run(*module_).status());
-  report_.instructions_after = module_->instruction_count();
+  report_.instructions_after = module_->entry()->size();  // kernels and plumbing actually run
 
   // Generated kernels: one per distinct fusion body.
   const ir::Computation& entry = *module_->entry();
@@ -130,11 +143,60 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   for (size_t v = 0; v < steps_.size(); ++v) {
     if (last_use[v] >= 0 && static_cast<int>(v) != root) frees_[last_use[v]].push_back(static_cast<int>(v));
   }
+  estimate_memory();
   if (!options.dump_dir.empty()) {
     std::ofstream(options.dump_dir + "/optimized.ir") << ir::print_module(*module_);
   }
   report_.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ok_status();
+}
+
+void CpuExecutable::print_profile() const {
+  if (!profile_) return;
+  std::vector<std::pair<double, std::string>> rows;
+  double total = 0;
+  for (const auto& [key, v] : profile_times_) {
+    rows.push_back({v.first, fmt::format("{:8.3f} s {:7d} x  {}", v.first, v.second, key)});
+    total += v.first;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::fprintf(stderr, "kernel time by op and shape (total %.3f s):\n", total);
+  for (size_t i = 0; i < rows.size() && i < 25; ++i) std::fprintf(stderr, "%s\n", rows[i].second.c_str());
+}
+
+// Replays the schedule's allocations: every kernel output is a new buffer except views
+// (reshape, copy, stop_gradient) and plumbing; a value is freed after its last use.
+void CpuExecutable::estimate_memory() {
+  auto allocates = [](const Instr* i) {
+    switch (i->opcode()) {
+      case Opcode::kParameter:
+      case Opcode::kConstant:
+      case Opcode::kTuple:
+      case Opcode::kGetTupleElement:
+      case Opcode::kReshape:
+      case Opcode::kCopy:
+      case Opcode::kStopGradient: return false;
+      default: return true;
+    }
+  };
+  const ir::Computation& entry = *module_->entry();
+  for (int i = 0; i < entry.num_params(); ++i) report_.argument_bytes += entry.param(i)->shape().byte_size();
+  for (const auto& [instr, buffer] : constants_) report_.constant_bytes += buffer.byte_size();
+  int64_t live = 0;
+  bool boundary_seen = false;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Instr* instr = steps_[s].instr;
+    const std::string& name = instr->meta().name;
+    if (!boundary_seen && name.size() > 5 && name.compare(name.size() - 5, 5, ".grad") == 0) {
+      boundary_seen = true;
+      report_.saved_activation_bytes = live;
+    }
+    if (allocates(instr)) live += instr->shape().byte_size();
+    report_.peak_value_bytes = std::max(report_.peak_value_bytes, live);
+    for (int dead : frees_[s]) {
+      if (allocates(steps_[dead].instr)) live -= steps_[dead].instr->shape().byte_size();
+    }
+  }
 }
 
 Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
@@ -163,11 +225,18 @@ Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
         for (int in : step.inputs) out.insert(out.end(), values[in].begin(), values[in].end());
         break;
       case Opcode::kGetTupleElement: out = {values[step.inputs[0]].at(instr->attrs().get_int("index"))}; break;
-      default:
+      default: {
         inputs.clear();
         for (int in : step.inputs) inputs.push_back(&values[in]);
+        auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
         if (!instr->shape().is_tuple()) out = {Buffer(instr->shape())};
         step.kernel(inputs, out);
+        if (profile_) {
+          auto& slot = profile_times_[std::string(ir::opcode_name(instr->opcode())) + " " + instr->shape().to_string()];
+          slot.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          slot.second += 1;
+        }
+      }
     }
     for (int dead : frees_[s]) values[dead].clear();
   }
