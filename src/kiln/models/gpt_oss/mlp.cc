@@ -57,7 +57,7 @@ Tensor dense_mlp(const GptOssConfig& c, const ParamTable& p, const std::string& 
   Tensor hidden = hidden_activation(c, gate, up).named("hidden");
   Tensor out = frontend::matmul(hidden, p(prefix + ".wo.kernel"));  // [B, T, D]
   if (c.mlp_bias) out = out + p(prefix + ".wo.bias");
-  return out;
+  return out.named("mlpwo");
 }
 
 // The router's decision for every token, in the two forms dispatches use.
@@ -113,7 +113,7 @@ MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& pr
   auto scope = g.scope(prefix);
   MlpOutputs result;
   if (!c.is_moe()) {
-    result.out = dense_mlp(c, p, prefix, x).named("out").axes({"activation_batch", "activation_length", "activation_embed"});
+    result.out = dense_mlp(c, p, prefix, x).axes({"activation_batch", "activation_length", "activation_embed"});
     return result;
   }
   // sparse_matmul will select the grouped-matmul dispatch once it exists; until then every
