@@ -1,7 +1,10 @@
-// dot_general on f32 lowered to oneDNN's sgemm (about 94% of this CPU's f32 peak on
+// dot_general lowered to oneDNN's sgemm (about 94% of this CPU's f32 peak on
 // transformer shapes; see docs). Operands are viewed as [batch, M, K] / [batch, K, N]; when
 // an operand's layout is that or its per-batch transpose, the transpose is folded into the
-// call, otherwise one strided copy brings it into shape first.
+// call, otherwise one strided copy brings it into shape first. bf16 operands and results are
+// widened to / rounded from f32 around the sgemm call for now (correct to bf16 accuracy, but
+// without the 2x of bf16 dot-product instructions: oneDNN's bf16 matmul primitive is the
+// planned path).
 #include <dnnl.h>
 
 #include <algorithm>
@@ -24,6 +27,26 @@ struct OperandPlan {
   std::vector<int64_t> copy_dims, copy_strides;  // the permuting strided copy
   int64_t rows = 1, cols = 1;
 };
+
+// f32 view of a buffer: itself when already f32, else a widened copy.
+Buffer widen(const Buffer& b) {
+  if (b.shape().dtype() == ir::DType::kF32) return b;
+  Buffer out(b.shape().with_dtype(ir::DType::kF32));
+  const uint16_t* src = b.as<uint16_t>();
+  float* dst = out.as<float>();
+  int64_t n = b.num_elements();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = ir::bf16_bits_to_float(src[i]);
+  return out;
+}
+
+void narrow(const Buffer& wide, Buffer& out) {
+  const float* src = wide.as<float>();
+  uint16_t* dst = out.as<uint16_t>();
+  int64_t n = out.num_elements();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = ir::float_to_bf16_bits(src[i]);
+}
 
 bool is_identity(const std::vector<int64_t>& order) {
   for (size_t i = 0; i < order.size(); ++i) {
@@ -81,50 +104,54 @@ Kernel dot_kernel(const Instr& instr) {
   int64_t batch = 1;
   for (int64_t d : lb) batch *= lhs_dims[d];
   const int64_t M = lhs.rows, K = lhs.cols, N = rhs.cols;
-  ir::Shape lhs_shape = instr.operand(0)->shape(), rhs_shape = instr.operand(1)->shape();
   return [=](std::span<const Value* const> in, Value& out) {
-    const float* A = (*in[0])[0].as<float>();
-    const float* B = (*in[1])[0].as<float>();
+    Buffer a_wide = widen((*in[0])[0]), b_wide = widen((*in[1])[0]);
+    const float* A = a_wide.as<float>();
+    const float* B = b_wide.as<float>();
     Buffer a_copy, b_copy;
     if (lhs.needs_copy) {
-      a_copy = Buffer(lhs_shape.with_dims(lhs.copy_dims));
+      a_copy = Buffer(ir::Shape(ir::DType::kF32, lhs.copy_dims));
       strided_copy(a_copy.data(), A, 4, lhs.copy_dims, lhs.copy_strides, 0);
       A = a_copy.as<float>();
     }
     if (rhs.needs_copy) {
-      b_copy = Buffer(rhs_shape.with_dims(rhs.copy_dims));
+      b_copy = Buffer(ir::Shape(ir::DType::kF32, rhs.copy_dims));
       strided_copy(b_copy.data(), B, 4, rhs.copy_dims, rhs.copy_strides, 0);
       B = b_copy.as<float>();
     }
-    float* C = out[0].as<float>();
+    bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
+    Buffer c_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
+    float* C = c_wide.as<float>();
     const char ta = lhs.transposed ? 'T' : 'N', tb = rhs.transposed ? 'T' : 'N';
     const int64_t lda = lhs.transposed ? M : K, ldb = rhs.transposed ? K : N;
     auto one = [&](int64_t i) {
       dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A + i * M * K, lda, B + i * K * N, ldb, 0.0f, C + i * M * N, N);
       KILN_CHECK(s == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(s);
     };
-    if (M == 0 || N == 0) return;
     if (K == 0) {
       std::fill(C, C + batch * M * N, 0.0f);
-      return;
-    }
-    // Many small products (attention heads): one per thread; large ones: oneDNN threads.
-    if (batch > 1 && M * N * K < (1 << 21)) {
+    } else if (M > 0 && N > 0) {
+      // Many small products (attention heads): one per thread; large ones: oneDNN threads.
+      if (batch > 1 && M * N * K < (1 << 21)) {
 #pragma omp parallel for schedule(dynamic)
-      for (int64_t i = 0; i < batch; ++i) one(i);
-    } else {
-      for (int64_t i = 0; i < batch; ++i) one(i);
+        for (int64_t i = 0; i < batch; ++i) one(i);
+      } else {
+        for (int64_t i = 0; i < batch; ++i) one(i);
+      }
     }
+    if (narrow_out) narrow(c_wide, out[0]);
   };
 }
 
-bool all_f32(const Instr& instr) {
-  return instr.shape().dtype() == ir::DType::kF32 && instr.operand(0)->shape().dtype() == ir::DType::kF32 &&
-         instr.operand(1)->shape().dtype() == ir::DType::kF32;
+bool f32_or_bf16(ir::DType d) { return d == ir::DType::kF32 || d == ir::DType::kBF16; }
+
+bool gemm_dtypes(const Instr& instr) {
+  return f32_or_bf16(instr.shape().dtype()) && f32_or_bf16(instr.operand(0)->shape().dtype()) &&
+         f32_or_bf16(instr.operand(1)->shape().dtype());
 }
 
 }  // namespace
 
-std::vector<NativeKernelEntry> gemm_kernels() { return {{ir::Opcode::kDotGeneral, all_f32, dot_kernel}}; }
+std::vector<NativeKernelEntry> gemm_kernels() { return {{ir::Opcode::kDotGeneral, gemm_dtypes, dot_kernel}}; }
 
 }  // namespace kiln::backend::cpu
