@@ -125,6 +125,25 @@ TEST(Trainer, SameConfigAndSeedGiveBitwiseIdenticalRuns) {
   EXPECT_NE(losses(*a), losses(*c));
 }
 
+TEST(Trainer, CompiledExecutorMatchesTheInterpreterAndIsDeterministic) {
+  config::Config interp_cfg = tiny_config(temp_dir("interp"), {"steps=6"});
+  config::Config compiled_cfg = tiny_config(temp_dir("compiled"), {"steps=6", "executor=compiled"});
+  auto i = make_trainer(interp_cfg, std::make_unique<testing::TinyLm>(kVocab, kDim));
+  auto c1 = make_trainer(compiled_cfg, std::make_unique<testing::TinyLm>(kVocab, kDim));
+  auto c2 = make_trainer(compiled_cfg, std::make_unique<testing::TinyLm>(kVocab, kDim));
+  EXPECT_STREQ(i->executor_name(), "reference interpreter");
+  EXPECT_STREQ(c1->executor_name(), "compiled CPU executable");
+  ASSERT_TRUE(i->run().ok());
+  ASSERT_TRUE(c1->run().ok());
+  ASSERT_TRUE(c2->run().ok());
+  EXPECT_EQ(losses(*c1), losses(*c2));  // bitwise, run after run
+  // float32 kernels (oneDNN GEMMs, fused loops) against the interpreter's one rounding per
+  // op: a few float32 ulps per op, compounded over 6 optimizer steps.
+  std::vector<double> a = losses(*i), b = losses(*c1);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(b[k], a[k], 1e-4 * std::abs(a[k])) << "step " << k;
+}
+
 TEST(Trainer, WritesOneJsonObjectPerStepWithTheDocumentedFields) {
   std::string dir = temp_dir("jsonl");
   std::string extra = (std::filesystem::path(dir) / "extra" / "m.jsonl").string();

@@ -4,10 +4,16 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 
 namespace kiln::train {
+
+namespace {
+// NaN prints as "nan" whatever its sign bit.
+double shown(double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; }
+}  // namespace
 
 std::string console_line(const StepRecord& r) {
   // MaxText prints total_weights as the integer token count.
@@ -16,8 +22,8 @@ std::string console_line(const StepRecord& r) {
       "total_weights: {}, loss: {:.3f}, lm_loss: {:.3f}, learning_rate: {:.3e}, grad_norm: {:.3f}, "
       "raw_grad_norm: {:.3f}, moe_lb_loss: {:.6f}, MFU: {:.2f}%",
       r.step, r.step_time_s, r.tflops_per_s_per_device, r.tokens_per_s_per_device,
-      static_cast<int64_t>(std::llround(r.total_weights)), r.loss, r.lm_loss, r.learning_rate, r.grad_norm,
-      r.raw_grad_norm, r.moe_lb_loss, 100.0 * r.mfu);
+      static_cast<int64_t>(std::llround(r.total_weights)), shown(r.loss), shown(r.lm_loss), r.learning_rate,
+      shown(r.grad_norm), shown(r.raw_grad_norm), shown(r.moe_lb_loss), 100.0 * r.mfu);
 }
 
 namespace {

@@ -80,11 +80,6 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   }
   t->output_dir_ = (std::filesystem::path(config.get_string("base_output_directory")) / t->run_name_).string();
 
-  // The executor. Only the reference interpreter exists so far.
-  if (config.get_string("executor") == "compiled") {
-    t->print("note: executor=compiled: the compiled CPU backend is not available yet; running the step on the "
-             "reference interpreter (slow, exact)");
-  }
   if (d.num_devices > 1) {
     t->print(fmt::format("note: the mesh has {} devices but there is no SPMD partitioner yet: one executor runs the "
                          "whole global batch, and the per-device rates below count all of it on that one device",
@@ -122,6 +117,34 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   KILN_ASSIGN_OR_RETURN(StepProgramOptions step_options, StepProgramOptions::from_config(config));
   KILN_ASSIGN_OR_RETURN(t->program_, build_step_program(*t->model_, step_options));
   double trace_s = seconds_since(trace_start);
+  t->print(fmt::format("traced the training step (loss, gradients, clipping, schedule, AdamW) in {:.3f} s: {} "
+                       "instructions",
+                       trace_s, t->program_.module->entry()->instructions().size()));
+
+  // The executor, which then holds the state.
+  double compile_s = 0;
+  if (config.get_string("executor") == "compiled") {
+    backend::CompileOptions compile_options;
+    compile_options.dump_dir = config.get_string("dump_ir");
+    compile_options.verify_each = config.get_bool("verify_each");
+    backend::CompileReport report;
+    Result<std::unique_ptr<StepRunner>> compiled = make_compiled_runner(t->program_, compile_options, &report);
+    if (compiled.ok()) {
+      t->runner_ = std::move(*compiled);
+      compile_s = report.compile_seconds;
+      t->print(fmt::format("compiled the step for the CPU in {:.3f} s: {} -> {} instructions, {} fused loop kernels "
+                           "({} unique, {} built now, the rest from the kernel cache), {} GEMMs, {} library "
+                           "kernels, {} ops on the reference-evaluation fallback",
+                           report.compile_seconds, report.instructions_before, report.instructions_after,
+                           report.fused_kernels, report.unique_kernels, report.kernels_compiled, report.gemms,
+                           report.library_kernels, report.fallback_kernels));
+    } else {
+      t->print(fmt::format("note: executor=compiled: the CPU backend could not compile the step ({}); running it "
+                           "on the reference interpreter instead",
+                           compiled.status().message()));
+    }
+  }
+  if (t->runner_ == nullptr) t->runner_ = make_interpreter_runner(t->program_);
 
   // Initial state: parameters from the init program, zero moments, step 0.
   Clock::time_point init_start = Clock::now();
@@ -130,19 +153,16 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   double init_s = seconds_since(init_start);
   KILN_CHECK(initial.size() == specs.size());
   const int64_t n = t->program_.num_params;
-  t->args_.resize(static_cast<size_t>(t->program_.num_args()));
   for (int64_t i = 0; i < n; ++i) {
-    t->args_[t->program_.mu_arg(i)] = ir::Literal(specs[i].shape.with_dtype(step_options.adamw.mu_dtype));
-    t->args_[t->program_.nu_arg(i)] = ir::Literal(specs[i].shape);
-    t->args_[t->program_.param_arg(i)] = std::move(initial[i]);
+    t->runner_->set_arg(t->program_.param_arg(i), initial[i]);
+    t->runner_->set_arg(t->program_.mu_arg(i), ir::Literal(specs[i].shape.with_dtype(step_options.adamw.mu_dtype)));
+    t->runner_->set_arg(t->program_.nu_arg(i), ir::Literal(specs[i].shape));
   }
-  t->args_[t->program_.step_arg()] = ir::Literal::scalar(ir::DType::kS32, 0);
-  t->print(fmt::format("traced the training step (loss, gradients, clipping, schedule, AdamW) in {:.3f} s: {} "
-                       "instructions; initialised {} parameter tensors in {:.3f} s (init_weights_seed={})",
-                       trace_s, t->program_.module->entry()->instructions().size(), n, init_s,
+  t->runner_->set_arg(t->program_.step_arg(), ir::Literal::scalar(ir::DType::kS32, 0));
+  t->print(fmt::format("initialised {} parameter tensors in {:.3f} s (init_weights_seed={})", n, init_s,
                        config.get_int("init_weights_seed")));
-  t->print(fmt::format("compile/trace time: {:.3f} s (executor: reference interpreter, nothing to compile)",
-                       trace_s + init_s));
+  t->print(fmt::format("compile/trace time: {:.3f} s (trace {:.3f} s, compile {:.3f} s, init {:.3f} s); executor: {}",
+                       trace_s + compile_s + init_s, trace_s, compile_s, init_s, t->runner_->name()));
 
   t->data_ = SyntheticData::from_config(config);
   if (options.write_metrics_file) {
@@ -158,22 +178,20 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
 }
 
 std::vector<ir::Literal> Trainer::params() const {
-  return std::vector<ir::Literal>(args_.begin(), args_.begin() + program_.num_params);
+  std::vector<ir::Literal> out;
+  for (int64_t i = 0; i < program_.num_params; ++i) out.push_back(runner_->arg(program_.param_arg(i)));
+  return out;
 }
 
 Result<StepRecord> Trainer::run_step() {
   HostBatch batch = data_.next();
-  args_[program_.batch_arg(0)] = std::move(batch.inputs);
-  args_[program_.batch_arg(1)] = std::move(batch.targets);
-  args_[program_.batch_arg(2)] = std::move(batch.positions);
-  args_[program_.batch_arg(3)] = std::move(batch.segmentation);
-  args_[program_.step_arg()] = ir::Literal::scalar(ir::DType::kS32, static_cast<double>(step_));
-
-  KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> outputs, interp::run(*program_.module, args_));
-  KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.metric_output(StepMetric::kCount));
-  // The new state becomes the next step's arguments.
-  for (int64_t i = 0; i < program_.num_state(); ++i) args_[i] = std::move(outputs[i]);
-  auto metric = [&](StepMetric m) { return outputs[program_.metric_output(m)].scalar_value(); };
+  runner_->set_arg(program_.batch_arg(0), batch.inputs);
+  runner_->set_arg(program_.batch_arg(1), batch.targets);
+  runner_->set_arg(program_.batch_arg(2), batch.positions);
+  runner_->set_arg(program_.batch_arg(3), batch.segmentation);
+  runner_->set_arg(program_.step_arg(), ir::Literal::scalar(ir::DType::kS32, static_cast<double>(step_)));
+  KILN_RETURN_IF_ERROR(runner_->run());
+  auto metric = [&](StepMetric m) { return runner_->metric(m); };
 
   StepRecord r;
   r.step = step_;

@@ -5,11 +5,11 @@
 //   KILN_ASSIGN_OR_RETURN(auto trainer, train::Trainer::create(config, std::move(model)));
 //   KILN_RETURN_IF_ERROR(trainer->run());   // all `steps`; NaN/Inf loss -> failed_precondition
 //
-// State: parameters, Adam moments and the step counter, host literals fed to the step
-// program and replaced by its outputs. The executor is the reference interpreter (the only
-// one so far: executor=compiled prints a note and falls back to it). Same config and seeds
-// give bitwise-identical losses: the interpreter, the data and the initialisation are all
-// deterministic.
+// State: parameters, Adam moments and the step counter, held by the StepRunner of the
+// configured executor (executor=compiled: the CPU backend's executable, compiled once;
+// executor=interpreter: the reference interpreter) and replaced by the step's outputs.
+// Same config and seeds give bitwise-identical losses: the data, the initialisation and
+// both executors are deterministic.
 #pragma once
 
 #include <chrono>
@@ -25,6 +25,7 @@
 #include "kiln/train/flops.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/step_program.h"
+#include "kiln/train/step_runner.h"
 #include "kiln/train/synthetic_data.h"
 
 namespace kiln::train {
@@ -56,6 +57,7 @@ class Trainer {
   // Current parameters, in model.params() order.
   std::vector<ir::Literal> params() const;
   const StepProgram& program() const { return program_; }
+  const char* executor_name() const { return runner_->name(); }
 
  private:
   Trainer() = default;
@@ -66,7 +68,7 @@ class Trainer {
   TrainerOptions options_;
   StepProgram program_;
   SyntheticData data_{1, 1, 1, 0, true};
-  std::vector<ir::Literal> args_;  // the step program's arguments: state, then the batch
+  std::unique_ptr<StepRunner> runner_;  // holds the state; declared after program_, which it reads
   int64_t step_ = 0;
   int64_t steps_ = 0;
   TrainingFlops flops_;

@@ -1,0 +1,76 @@
+#include "kiln/train/step_runner.h"
+
+#include "kiln/base/check.h"
+#include "kiln/interp/interpreter.h"
+
+namespace kiln::train {
+
+namespace {
+
+class InterpreterRunner : public StepRunner {
+ public:
+  explicit InterpreterRunner(const StepProgram& program)
+      : program_(program), args_(static_cast<size_t>(program.num_args())) {}
+  void set_arg(int64_t index, const ir::Literal& value) override { args_[index] = value; }
+  Status run() override {
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> outputs, interp::run(*program_.module, args_));
+    KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.metric_output(StepMetric::kCount));
+    for (int64_t i = 0; i < program_.num_state(); ++i) args_[i] = std::move(outputs[i]);
+    metrics_.clear();
+    for (int m = 0; m < static_cast<int>(StepMetric::kCount); ++m) {
+      metrics_.push_back(outputs[program_.metric_output(static_cast<StepMetric>(m))].scalar_value());
+    }
+    return ok_status();
+  }
+  double metric(StepMetric m) const override { return metrics_.at(static_cast<size_t>(m)); }
+  ir::Literal arg(int64_t index) const override { return args_[index]; }
+  const char* name() const override { return "reference interpreter"; }
+
+ private:
+  const StepProgram& program_;
+  std::vector<ir::Literal> args_;
+  std::vector<double> metrics_;
+};
+
+class CompiledRunner : public StepRunner {
+ public:
+  CompiledRunner(const StepProgram& program, std::unique_ptr<backend::Executable> exe)
+      : program_(program), exe_(std::move(exe)), args_(static_cast<size_t>(program.num_args())) {}
+  void set_arg(int64_t index, const ir::Literal& value) override { args_[index] = backend::Buffer::from_literal(value); }
+  Status run() override {
+    KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> outputs, exe_->run(args_));
+    KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.metric_output(StepMetric::kCount));
+    // Outputs are fresh buffers: the state moves over without copies.
+    for (int64_t i = 0; i < program_.num_state(); ++i) args_[i] = std::move(outputs[i]);
+    metrics_.clear();
+    for (int m = 0; m < static_cast<int>(StepMetric::kCount); ++m) {
+      metrics_.push_back(outputs[program_.metric_output(static_cast<StepMetric>(m))].get(0));
+    }
+    return ok_status();
+  }
+  double metric(StepMetric m) const override { return metrics_.at(static_cast<size_t>(m)); }
+  ir::Literal arg(int64_t index) const override { return args_[index].to_literal(); }
+  const char* name() const override { return "compiled CPU executable"; }
+
+ private:
+  const StepProgram& program_;
+  std::unique_ptr<backend::Executable> exe_;
+  std::vector<backend::Buffer> args_;
+  std::vector<double> metrics_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> make_interpreter_runner(const StepProgram& program) {
+  return std::make_unique<InterpreterRunner>(program);
+}
+
+Result<std::unique_ptr<StepRunner>> make_compiled_runner(const StepProgram& program,
+                                                         const backend::CompileOptions& options,
+                                                         backend::CompileReport* report) {
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, options));
+  if (report != nullptr) *report = exe->report();
+  return std::unique_ptr<StepRunner>(std::make_unique<CompiledRunner>(program, std::move(exe)));
+}
+
+}  // namespace kiln::train
