@@ -63,6 +63,7 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   j["grouped_matmuls"] = 0;     // the dropless grouped-matmul MoE is a later issue: MoE is dense
   j["library_kernels"] = r.library_kernels;
   j["fallback_kernels"] = r.fallback_kernels;
+  j["fallback_by_op"] = r.fallback_by_op;
   j["collectives"] = nlohmann::ordered_json::object();  // no SPMD partitioner yet: one device program
   j["kernels_compiled"] = r.kernels_compiled;
   j["compile_seconds"] = r.compile_seconds;
@@ -89,6 +90,11 @@ void print_text(const nlohmann::ordered_json& j) {
               j["fused_kernels"].get<long long>(), j["unique_fused_kernels"].get<long long>(), j["gemms"].get<long long>(),
               j["attention_kernels"].get<long long>(), j["grouped_matmuls"].get<long long>(),
               j["library_kernels"].get<long long>(), j["fallback_kernels"].get<long long>());
+  if (!j["fallback_by_op"].empty()) {
+    std::string ops;
+    for (const auto& [op, n] : j["fallback_by_op"].items()) ops += fmt::format(" {} x{}", op, n.get<long long>());
+    std::printf("  on the reference fallback:%s\n", ops.c_str());
+  }
   std::printf("  collectives: none (single-device program)\n");
   std::printf("  compile: %.2f s, %lld kernel libraries built (0 = all cached)\n", j["compile_seconds"].get<double>(),
               j["kernels_compiled"].get<long long>());

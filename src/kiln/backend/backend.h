@@ -2,6 +2,7 @@
 // step. Free of CPU assumptions so a CUDA backend can implement it too.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -29,6 +30,7 @@ struct CompileReport {
   int64_t gemms = 0;
   int64_t library_kernels = 0;   // hand-written native kernels (gather, sort, ...)
   int64_t fallback_kernels = 0;  // ops run through the reference evaluation (slow path)
+  std::map<std::string, int64_t> fallback_by_op;  // which ops those are
   int64_t kernels_compiled = 0;  // kernels the system compiler built this time (0 when cached)
   double compile_seconds = 0;
 

@@ -87,6 +87,41 @@ Kernel concatenate_kernel(const Instr& instr) {
   };
 }
 
+// pad: fill with the padding value, then copy the operand into the strided interior.
+Kernel pad_kernel(const Instr& instr) {
+  const auto& in_dims = instr.operand(0)->shape().dims();
+  const auto& low = instr.attrs().get_ints("low");
+  std::vector<int64_t> interior = instr.attrs().get_ints_or("interior", std::vector<int64_t>(in_dims.size(), 0));
+  std::vector<int64_t> out_row = ir::row_major_strides(instr.shape().dims());
+  std::vector<int64_t> out_strides(in_dims.size());
+  int64_t out_offset = 0;
+  for (size_t d = 0; d < in_dims.size(); ++d) {
+    out_strides[d] = out_row[d] * (interior[d] + 1);
+    out_offset += low[d] * out_row[d];
+  }
+  std::vector<int64_t> in_row = ir::row_major_strides(in_dims);
+  int64_t n = instr.shape().num_elements();
+  int size = ir::dtype_size(instr.shape().dtype());
+  return [=](std::span<const Value* const> in, Value& out) {
+    const std::byte* value = static_cast<const std::byte*>((*in[1])[0].data());
+    std::byte* dst = static_cast<std::byte*>(out[0].data());
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * size, value, static_cast<size_t>(size));
+    strided_copy(dst, (*in[0])[0].data(), size, in_dims, in_row, 0, out_strides, out_offset);
+  };
+}
+
+Kernel iota_kernel(const Instr& instr) {
+  ir::Shape shape = instr.shape();
+  int64_t dim = instr.attrs().get_int("dim");
+  int64_t inner = 1;
+  for (int d = static_cast<int>(dim) + 1; d < shape.rank(); ++d) inner *= shape.dim(d);
+  int64_t extent = shape.dim(static_cast<int>(dim));
+  return [shape, inner, extent](std::span<const Value* const>, Value& out) {
+    Buffer& b = out[0];
+    for (int64_t i = 0; i < b.num_elements(); ++i) b.set(i, static_cast<double>((i / inner) % extent));
+  };
+}
+
 // gather/scatter_add viewed as x [batch, pre, n, post] and idx [batch, m]: the result is
 // [batch, pre, m, post] (gather) — see ops/builder.h for the semantics.
 struct IndexGeometry {
@@ -183,6 +218,8 @@ std::vector<NativeKernelEntry> data_movement_kernels() {
       {ir::Opcode::kStopGradient, any, view_kernel},
       {ir::Opcode::kSlice, any, slice_kernel},
       {ir::Opcode::kConcatenate, any, concatenate_kernel},
+      {ir::Opcode::kPad, any, pad_kernel},
+      {ir::Opcode::kIota, any, iota_kernel},
       {ir::Opcode::kGather, float_data, gather_kernel},
       {ir::Opcode::kScatterAdd, float_data, scatter_add_kernel},
   };

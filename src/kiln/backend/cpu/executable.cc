@@ -128,6 +128,7 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
         } else {
           step.kernel = cpu::fallback_kernel(*instr);
           ++report_.fallback_kernels;
+          ++report_.fallback_by_op[std::string(ir::opcode_name(instr->opcode()))];
         }
     }
     slot[instr] = static_cast<int>(steps_.size());
