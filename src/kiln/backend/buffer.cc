@@ -9,13 +9,59 @@
 namespace kiln::backend {
 
 namespace {
-std::shared_ptr<std::byte[]> allocate(int64_t bytes) {
+std::byte* raw_allocate(int64_t bytes) {
   size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, size);
   KILN_CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
-  return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+  return static_cast<std::byte*>(p);
+}
+
+std::shared_ptr<std::byte[]> allocate(int64_t bytes) {
+  return std::shared_ptr<std::byte[]>(raw_allocate(bytes), [](std::byte* q) { std::free(q); });
 }
 }  // namespace
+
+BufferPool::~BufferPool() {
+  for (auto& [bytes, p] : free_) std::free(p);
+}
+
+std::shared_ptr<std::byte[]> BufferPool::take(int64_t bytes) {
+  std::byte* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(bytes);
+    if (it != free_.end()) {
+      p = it->second;
+      free_.erase(it);
+    }
+  }
+  if (!p) p = raw_allocate(bytes);
+  std::weak_ptr<BufferPool> pool = weak_from_this();
+  return std::shared_ptr<std::byte[]>(p, [pool, bytes](std::byte* q) {
+    if (auto alive = pool.lock()) {
+      alive->give_back(q, bytes);
+    } else {
+      std::free(q);
+    }
+  });
+}
+
+void BufferPool::give_back(std::byte* p, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.emplace(bytes, p);
+}
+
+int64_t BufferPool::held_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t total = 0;
+  for (const auto& [bytes, p] : free_) total += bytes;
+  return total;
+}
+
+Buffer::Buffer(ir::Shape shape, BufferPool& pool) : shape_(std::move(shape)) {
+  KILN_CHECK(!shape_.is_tuple()) << "Buffer of tuple shape " << shape_.to_string();
+  data_ = pool.take(shape_.byte_size());
+}
 
 Buffer::Buffer(ir::Shape shape) : shape_(std::move(shape)) {
   KILN_CHECK(!shape_.is_tuple()) << "Buffer of tuple shape " << shape_.to_string();

@@ -5,16 +5,22 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/ir/literal.h"
 
 namespace kiln::backend {
 
+class BufferPool;
+
 class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(ir::Shape shape);  // uninitialised contents
+  // Storage from `pool`, returned to it (not to the system) when the last view dies.
+  Buffer(ir::Shape shape, BufferPool& pool);
   static Buffer zeros(ir::Shape shape);
   static Buffer from_literal(const ir::Literal& literal);
 
@@ -40,6 +46,23 @@ class Buffer {
  private:
   ir::Shape shape_;
   std::shared_ptr<std::byte[]> data_;
+};
+
+// Reuses freed storage by exact size. A step allocates the same sizes in the same order
+// every time, so after the first step nothing goes back to the system: no page faults, no
+// malloc trimming (the cost that makes eager frameworks slow on small CPUs).
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  static std::shared_ptr<BufferPool> create() { return std::shared_ptr<BufferPool>(new BufferPool()); }
+  ~BufferPool();
+  std::shared_ptr<std::byte[]> take(int64_t bytes);
+  int64_t held_bytes() const;  // free storage kept for reuse
+
+ private:
+  BufferPool() = default;
+  void give_back(std::byte* p, int64_t bytes);
+  mutable std::mutex mu_;
+  std::unordered_multimap<int64_t, std::byte*> free_;
 };
 
 // A value of the program: one buffer for an array, one per element for a tuple.

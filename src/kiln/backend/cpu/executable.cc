@@ -55,6 +55,7 @@ class CpuExecutable : public Executable {
   std::unique_ptr<ir::Module> module_;
   std::vector<Step> steps_;
   std::vector<std::vector<int>> frees_;  // per step: value slots whose last use it is
+  std::shared_ptr<BufferPool> pool_ = BufferPool::create();  // kernel outputs, reused step after step
   int root_slot_ = -1;
   std::unordered_map<const Instr*, Buffer> constants_;
   cpu::KernelLibrary library_;
@@ -230,7 +231,7 @@ Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
         inputs.clear();
         for (int in : step.inputs) inputs.push_back(&values[in]);
         auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-        if (!instr->shape().is_tuple()) out = {Buffer(instr->shape())};
+        if (!instr->shape().is_tuple()) out = {Buffer(instr->shape(), *pool_)};
         step.kernel(inputs, out);
         if (profile_) {
           auto& slot = profile_times_[std::string(ir::opcode_name(instr->opcode())) + " " + instr->shape().to_string()];
