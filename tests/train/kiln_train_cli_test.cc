@@ -74,6 +74,17 @@ TEST(KilnTrainCli, ShortRunLogsMaxTextLinesAndTheLossFalls) {
   EXPECT_LT(last, first);
 }
 
+TEST(KilnTrainCli, DryRunPrintsTheReferenceRunsStartupReport) {
+  CliRun r = kiln(std::string("train --dry-run ") + KILN_SOURCE_DIR + "/configs/gpt-oss-3.5b-v6e4.yml");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("number parameters: 3.525 billion\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Per train step: Total TFLOPs: 4.04, split as 97.13% learnable weight flops and 2.87% "
+                       "attention flops\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("completed step"), std::string::npos) << r.out;
+}
+
 TEST(KilnTrainCli, BadConfigExitsTwoWithOneLine) {
   CliRun r = kiln("train steps=abc");
   EXPECT_EQ(r.exit_code, 2);

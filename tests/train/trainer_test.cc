@@ -12,6 +12,7 @@
 #include "kiln/base/check.h"
 #include "kiln/config/config.h"
 #include "kiln/interp/interpreter.h"
+#include "kiln/models/model.h"
 #include "kiln/optim/schedule.h"
 #include "kiln/train/step_program.h"
 #include "kiln/train/synthetic_data.h"
@@ -219,6 +220,37 @@ TEST(Trainer, RejectsWhatItCannotRunYet) {
   EXPECT_NE(t.status().message().find("gradient_accumulation_steps"), std::string::npos);
 }
 
+TEST(StartupReport, ReferenceRunAndGptOss20bReportMaxTextsNumbers) {
+  config::LoadOptions lo;
+  lo.config_path = std::string(KILN_SOURCE_DIR) + "/configs/gpt-oss-3.5b-v6e4.yml";
+  auto reference = config::load(lo);
+  ASSERT_TRUE(reference.ok()) << reference.status().to_string();
+  auto model = models::make_model(*reference);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  std::vector<std::string> lines = startup_report(*reference, **model);
+  ASSERT_GE(lines.size(), 3u);
+  // The reference run's log: "number parameters: 3.525 billion" and the FLOP split.
+  EXPECT_EQ(lines[0], "number parameters: 3.525 billion");
+  EXPECT_EQ(lines[2], "Per train step: Total TFLOPs: 4.04, split as 97.13% learnable weight flops and 2.87% "
+                      "attention flops");
+
+  config::LoadOptions lo20;
+  lo20.overrides = {"model_name=gpt-oss-20b"};
+  auto c20 = config::load(lo20);
+  ASSERT_TRUE(c20.ok());
+  auto m20 = models::make_model(*c20);
+  ASSERT_TRUE(m20.ok());
+  lines = startup_report(*c20, **m20);
+  EXPECT_EQ(lines[0], "number parameters: 20.915 billion");  // 20.91 B
+  EXPECT_EQ(lines[1].rfind("active parameters per token: 3.608 billion", 0), 0u) << lines[1];  // 3.61 B
+  // Far too big for a workstation's memory: refused before any work.
+  Status s = check_training_memory((*m20)->params(), ir::DType::kF32, 64.0 * (1 << 30));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("GiB"), std::string::npos) << s.message();
+  testing::TinyLm tiny(kVocab, kDim);
+  EXPECT_TRUE(check_training_memory(tiny.params(), ir::DType::kF32, 64.0 * (1 << 30)).ok());
+}
+
 TEST(SyntheticData, ShiftedSeededTokensWithPositionsAndOneSegment) {
   SyntheticData data(3, 5, 7, /*seed=*/0, /*reuse=*/false);
   HostBatch b0 = data.next();
@@ -230,7 +262,9 @@ TEST(SyntheticData, ShiftedSeededTokensWithPositionsAndOneSegment) {
       int64_t i = r * 5 + t;
       EXPECT_GE(b0.inputs.at(i), 0);
       EXPECT_LT(b0.inputs.at(i), 7);
-      if (t + 1 < 5) EXPECT_EQ(b0.targets.at(i), b0.inputs.at(i + 1));  // next-token targets
+      if (t + 1 < 5) {
+        EXPECT_EQ(b0.targets.at(i), b0.inputs.at(i + 1));  // next-token targets
+      }
       EXPECT_EQ(b0.positions.at(i), t);
       EXPECT_EQ(b0.segmentation.at(i), 1);
       differs = differs || b0.inputs.at(i) != b1.inputs.at(i);

@@ -4,6 +4,8 @@
 #include <ctime>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
@@ -53,6 +55,47 @@ Status check_supported(const config::Config& config) {
 
 }  // namespace
 
+Status check_training_memory(const std::vector<models::ParamSpec>& specs, ir::DType mu_dtype, double memory_bytes) {
+  double state_bytes = 0, params = 0;
+  for (const auto& s : specs) {
+    double n = static_cast<double>(s.shape.num_elements());
+    params += n;
+    state_bytes += n * (2.0 * ir::dtype_size(s.shape.dtype()) + ir::dtype_size(mu_dtype));
+  }
+  double need = state_bytes + 8.0 * params;  // + the init program's float64 host copy
+  if (memory_bytes <= 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_size <= 0) return ok_status();
+    memory_bytes = static_cast<double>(pages) * static_cast<double>(page_size);
+  }
+  if (need <= memory_bytes) return ok_status();
+  return failed_precondition(
+      "{} parameters need at least {:.1f} GiB for the training state and its initialisation, more than this "
+      "machine's {:.1f} GiB; shrink the model (override_model_config=true with smaller base_* keys) until the "
+      "sharded runtime exists",
+      grouped(static_cast<int64_t>(params)), need / (1 << 30), memory_bytes / (1 << 30));
+}
+
+std::vector<std::string> startup_report(const config::Config& config, const models::Model& model) {
+  std::vector<std::string> lines;
+  models::ParamCounts counts = model.counts();
+  lines.push_back(fmt::format("number parameters: {:.3f} billion", static_cast<double>(counts.total) / 1e9));
+  lines.push_back(fmt::format("active parameters per token: {:.3f} billion ({} total, {} active per token, input "
+                              "embedding not counted as active)",
+                              static_cast<double>(counts.active_per_token) / 1e9, grouped(counts.total),
+                              grouped(counts.active_per_token)));
+  TrainingFlops flops = training_tflops_per_device(FlopInputs::from_config(config), FlopFormula::kMaxText2602);
+  double total = flops.total_tflops();
+  lines.push_back(fmt::format("Per train step: Total TFLOPs: {:.2f}, split as {:.2f}% learnable weight flops and "
+                              "{:.2f}% attention flops",
+                              total, total > 0 ? 100.0 * flops.learnable_tflops / total : 0.0,
+                              total > 0 ? 100.0 * flops.attention_tflops / total : 0.0));
+  lines.push_back(fmt::format("  per device per step: {:.6g} learnable + {:.6g} attention TFLOPs (formula: {})",
+                              flops.learnable_tflops, flops.attention_tflops,
+                              flop_formula_name(FlopFormula::kMaxText2602)));
+  return lines;
+}
+
 void Trainer::print(const std::string& line) const {
   if (options_.console == nullptr) return;
   fmt::print(options_.console, "{}\n", line);
@@ -88,21 +131,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
 
   // Start-up report: parameters and FLOPs, as MaxText logs them.
   const std::vector<models::ParamSpec>& specs = t->model_->params();
-  models::ParamCounts counts = t->model_->counts();
-  t->print(fmt::format("number parameters: {:.3f} billion", static_cast<double>(counts.total) / 1e9));
-  t->print(fmt::format("active parameters per token: {:.3f} billion ({} total, {} active per token, input "
-                       "embedding not counted as active)",
-                       static_cast<double>(counts.active_per_token) / 1e9, grouped(counts.total),
-                       grouped(counts.active_per_token)));
+  for (const std::string& line : startup_report(config, *t->model_)) t->print(line);
   t->flops_ = training_tflops_per_device(FlopInputs::from_config(config), FlopFormula::kMaxText2602);
-  double total = t->flops_.total_tflops();
-  t->print(fmt::format("Per train step: Total TFLOPs: {:.2f}, split as {:.2f}% learnable weight flops and {:.2f}% "
-                       "attention flops",
-                       total, total > 0 ? 100.0 * t->flops_.learnable_tflops / total : 0.0,
-                       total > 0 ? 100.0 * t->flops_.attention_tflops / total : 0.0));
-  t->print(fmt::format("  per device per step: {:.6g} learnable + {:.6g} attention TFLOPs (formula: {})",
-                       t->flops_.learnable_tflops, t->flops_.attention_tflops,
-                       flop_formula_name(FlopFormula::kMaxText2602)));
   // All devices' work runs on one executor until the partitioner exists (see the note above).
   const double executing_devices = 1.0;
   const double device_share = static_cast<double>(d.num_devices) / executing_devices;
@@ -115,6 +145,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   // Trace the step: model, gradients, optimizer.
   Clock::time_point trace_start = Clock::now();
   KILN_ASSIGN_OR_RETURN(StepProgramOptions step_options, StepProgramOptions::from_config(config));
+  KILN_RETURN_IF_ERROR(check_training_memory(specs, step_options.adamw.mu_dtype));
   KILN_ASSIGN_OR_RETURN(t->program_, build_step_program(*t->model_, step_options));
   double trace_s = seconds_since(trace_start);
   t->print(fmt::format("traced the training step (loss, gradients, clipping, schedule, AdamW) in {:.3f} s: {} "

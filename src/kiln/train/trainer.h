@@ -30,6 +30,17 @@
 
 namespace kiln::train {
 
+// What MaxText logs at start-up, as lines: "number parameters: X.XXX billion", the active
+// parameters per token, and "Per train step: Total TFLOPs: ..., split as ...% learnable
+// weight flops and ...% attention flops" (the 2026-02 formula, per device per step).
+std::vector<std::string> startup_report(const config::Config& config, const models::Model& model);
+
+// Fails (failed_precondition, before any work) when the parameters, Adam mu and nu and the
+// init program's float64 copy of the parameters cannot fit in `memory_bytes` (<= 0: this
+// machine's physical memory).
+Status check_training_memory(const std::vector<models::ParamSpec>& specs, ir::DType mu_dtype,
+                             double memory_bytes = 0);
+
 struct TrainerOptions {
   std::FILE* console = stdout;  // start-up report and per-step lines (nullptr: silent)
   bool write_metrics_file = true;  // {base_output_directory}/{run_name}/metrics.jsonl
