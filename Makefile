@@ -3,7 +3,7 @@
 #   make test    set up, build, run every test (ctest)
 #   make build   set up and build only
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
-#   make bench   benchmarks (none yet)
+#   make bench   benchmarks (bench/): kernels and the whole step vs PyTorch
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
@@ -35,8 +35,11 @@ asan:
 	@$(MAKE) test BUILD_DIR=build-asan \
 	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON"
 
+# Benchmarks: every Google Benchmark binary under bench/, then the whole-step comparison
+# with PyTorch. Ratios are measured side by side in one run; see README "Benchmarks".
 bench: build
-	@echo "no benchmarks yet"
+	@for b in $(BUILD_DIR)/bench/*_bench; do [ -x "$$b" ] && "$$b" || true; done
+	/usr/bin/python3 bench/step_vs_torch.py --kiln $(BUILD_DIR)/kiln
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan
