@@ -159,6 +159,20 @@ Instr* Builder::sort(Instr* x, bool descending) {
 
 Instr* Builder::topk(Instr* x, int64_t k) { return emit(Opcode::kTopK, {x}, {{"k", k}}); }
 
+Instr* Builder::attention(Instr* q, Instr* k, Instr* v, Instr* sinks, Instr* q_segment, Instr* kv_segment,
+                          double scale, bool causal, int64_t window) {
+  std::vector<Instr*> operands = {q, k, v};
+  if (sinks) operands.push_back(sinks);
+  KILN_CHECK((q_segment == nullptr) == (kv_segment == nullptr)) << "attention wants both segment ids or neither";
+  if (q_segment) {
+    operands.push_back(q_segment);
+    operands.push_back(kv_segment);
+  }
+  ir::Attrs attrs = {{"scale", scale}, {"causal", int64_t{causal ? 1 : 0}}};
+  if (window > 0) attrs.set("window", window);
+  return emit(Opcode::kAttention, std::move(operands), std::move(attrs));
+}
+
 Instr* Builder::tuple(std::vector<Instr*> xs) { return emit(Opcode::kTuple, std::move(xs)); }
 
 Instr* Builder::get_tuple_element(Instr* t, int64_t index) {

@@ -101,6 +101,14 @@ class Builder {
   Instr* sort(Instr* x, bool descending);
   Instr* topk(Instr* x, int64_t k);
 
+  // Fused attention (ops/attention_ops.cc): q [B,T,H,Dh], k and v [B,S,K,Dh], optional sinks [H]
+  // and s32 segment ids [B,T] / [B,S] (null when absent) -> tuple (out [B,T,H,Dh], lse [B,H,T]
+  // f32). Query i sees key j when (!causal or j <= i), (window == 0 or j > i - window: window
+  // keys including self) and the segments match; the sink s_h is one more logit in every
+  // row's softmax whose probability is dropped. Query head h reads kv head h / (H/K).
+  Instr* attention(Instr* q, Instr* k, Instr* v, Instr* sinks, Instr* q_segment, Instr* kv_segment, double scale,
+                   bool causal, int64_t window);
+
   Instr* tuple(std::vector<Instr*> xs);
   Instr* get_tuple_element(Instr* t, int64_t index);
 

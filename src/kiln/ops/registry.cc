@@ -34,6 +34,7 @@ const OpTable& registry() {
     register_index_ops(*t);
     register_sort_ops(*t);
     register_fusion_ops(*t);
+    register_attention_ops(*t);
     return t;
   }();
   return *table;

@@ -135,5 +135,6 @@ void register_dot_ops(OpTable& table);
 void register_index_ops(OpTable& table);
 void register_sort_ops(OpTable& table);
 void register_fusion_ops(OpTable& table);
+void register_attention_ops(OpTable& table);
 
 }  // namespace kiln::ops
