@@ -173,6 +173,16 @@ Instr* Builder::attention(Instr* q, Instr* k, Instr* v, Instr* sinks, Instr* q_s
   return emit(Opcode::kAttention, std::move(operands), std::move(attrs));
 }
 
+Instr* Builder::grouped_matmul(Instr* x, Instr* w, Instr* group_sizes, bool transpose_rhs) {
+  ir::Attrs attrs;
+  if (transpose_rhs) attrs.set("transpose_rhs", int64_t{1});
+  return emit(Opcode::kGroupedMatmul, {x, w, group_sizes}, std::move(attrs));
+}
+
+Instr* Builder::grouped_matmul_weight_grad(Instr* x, Instr* dy, Instr* group_sizes) {
+  return emit(Opcode::kGroupedMatmulWeightGrad, {x, dy, group_sizes});
+}
+
 Instr* Builder::tuple(std::vector<Instr*> xs) { return emit(Opcode::kTuple, std::move(xs)); }
 
 Instr* Builder::get_tuple_element(Instr* t, int64_t index) {

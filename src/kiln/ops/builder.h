@@ -109,6 +109,12 @@ class Builder {
   Instr* attention(Instr* q, Instr* k, Instr* v, Instr* sinks, Instr* q_segment, Instr* kv_segment, double scale,
                    bool causal, int64_t window);
 
+  // Ragged per-group products (ops/grouped_matmul_ops.cc): x [M, K] rows group after group
+  // (s32 group_sizes [G]) times w [G, K, N] ([G, N, K] with transpose_rhs) -> [M, N]; and
+  // the per-group weight gradient x_g^T dy_g -> [G, K, N].
+  Instr* grouped_matmul(Instr* x, Instr* w, Instr* group_sizes, bool transpose_rhs = false);
+  Instr* grouped_matmul_weight_grad(Instr* x, Instr* dy, Instr* group_sizes);
+
   Instr* tuple(std::vector<Instr*> xs);
   Instr* get_tuple_element(Instr* t, int64_t index);
 

@@ -35,6 +35,7 @@ const OpTable& registry() {
     register_sort_ops(*t);
     register_fusion_ops(*t);
     register_attention_ops(*t);
+    register_grouped_matmul_ops(*t);
     return t;
   }();
   return *table;

@@ -136,5 +136,6 @@ void register_index_ops(OpTable& table);
 void register_sort_ops(OpTable& table);
 void register_fusion_ops(OpTable& table);
 void register_attention_ops(OpTable& table);
+void register_grouped_matmul_ops(OpTable& table);
 
 }  // namespace kiln::ops
