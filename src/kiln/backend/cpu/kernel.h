@@ -36,5 +36,7 @@ struct NativeKernelEntry {
 std::vector<NativeKernelEntry> data_movement_kernels();
 std::vector<NativeKernelEntry> reduction_kernels();
 std::vector<NativeKernelEntry> gemm_kernels();
+std::vector<NativeKernelEntry> attention_kernels();
+std::vector<NativeKernelEntry> grouped_matmul_kernels();
 
 }  // namespace kiln::backend::cpu

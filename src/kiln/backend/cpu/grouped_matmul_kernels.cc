@@ -1,0 +1,152 @@
+// Grouped (ragged) matmuls for MoE dispatch (ops/grouped_matmul_ops.cc), one oneDNN sgemm
+// per non-empty group on the group's row range, with the group sizes read at run time:
+//
+//   grouped_matmul:             out[rows of g] = x[rows of g] @ w[g]   (w[g]^T with transpose_rhs)
+//   grouped_matmul_weight_grad: out[g] = x[rows of g]^T @ dy[rows of g]
+//
+// Padding rows past the groups are zeroed, empty groups skipped (their weight gradient is
+// zero). Large groups let oneDNN thread each call; when the groups are small (many experts,
+// few tokens each) the calls are spread over the OpenMP threads instead, one group per
+// thread (oneDNN then runs single-threaded inside the parallel region). bf16 operands are
+// widened to f32 and the result rounded once, as gemm.cc does for dot_general.
+#include <dnnl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <omp.h>
+
+#include "kiln/backend/cpu/kernel.h"
+#include "kiln/base/check.h"
+
+namespace kiln::backend::cpu {
+
+namespace {
+
+using ir::Instr;
+
+// Below this many multiply-adds per group (on average) one group per thread beats
+// threading inside each sgemm call.
+constexpr int64_t kSmallGroupMacs = int64_t{1} << 22;
+
+Buffer widen_f32(const Buffer& b) {
+  if (b.shape().dtype() == ir::DType::kF32) return b;
+  Buffer out(b.shape().with_dtype(ir::DType::kF32));
+  const uint16_t* src = b.as<uint16_t>();
+  float* dst = out.as<float>();
+  int64_t n = b.num_elements();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = ir::bf16_bits_to_float(src[i]);
+  return out;
+}
+
+void narrow_bf16(const Buffer& wide, Buffer& out) {
+  const float* src = wide.as<float>();
+  uint16_t* dst = out.as<uint16_t>();
+  int64_t n = out.num_elements();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = ir::float_to_bf16_bits(src[i]);
+}
+
+struct Group {
+  int64_t begin, end;
+};
+
+// Row ranges of the groups, cut at `rows` (negative sizes count as 0), as the op defines.
+std::vector<Group> groups_of(const Buffer& sizes, int64_t rows) {
+  const int32_t* s = sizes.as<int32_t>();
+  std::vector<Group> out(sizes.num_elements());
+  int64_t at = 0;
+  for (size_t g = 0; g < out.size(); ++g) {
+    int64_t end = std::min(at + std::max<int64_t>(0, s[g]), rows);
+    out[g] = {at, end};
+    at = end;
+  }
+  return out;
+}
+
+void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+           float* c, int64_t ldc) {
+  dnnl_status_t s = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  KILN_CHECK(s == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(s);
+}
+
+// Runs fn(g) for every group: in parallel over groups when they are small, else in order.
+template <typename Fn>
+void for_groups(int64_t num_groups, int64_t macs, Fn&& fn) {
+  if (num_groups > 1 && macs / num_groups < kSmallGroupMacs) {
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t g = 0; g < num_groups; ++g) fn(g);
+  } else {
+    for (int64_t g = 0; g < num_groups; ++g) fn(g);
+  }
+}
+
+Kernel gmm_kernel(const Instr& instr) {
+  const int64_t M = instr.operand(0)->shape().dim(0), K = instr.operand(0)->shape().dim(1);
+  const int64_t N = instr.shape().dim(1);
+  const bool t = instr.attrs().get_int_or("transpose_rhs", 0) != 0;
+  return [=](std::span<const Value* const> in, Value& out) {
+    Buffer x_wide = widen_f32((*in[0])[0]), w_wide = widen_f32((*in[1])[0]);
+    const float* X = x_wide.as<float>();
+    const float* W = w_wide.as<float>();
+    std::vector<Group> groups = groups_of((*in[2])[0], M);
+    bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
+    Buffer y_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
+    float* Y = y_wide.as<float>();
+    int64_t used = groups.empty() ? 0 : groups.back().end;
+    if (used < M) std::memset(Y + used * N, 0, sizeof(float) * (M - used) * N);  // padding rows
+    if (K == 0) std::memset(Y, 0, sizeof(float) * used * N);
+    int64_t G = static_cast<int64_t>(groups.size());
+    if (K > 0 && N > 0) {
+      for_groups(G, used * K * N, [&](int64_t g) {
+        int64_t rows = groups[g].end - groups[g].begin;
+        if (rows == 0) return;
+        const float* Wg = W + g * K * N;
+        sgemm('N', t ? 'T' : 'N', rows, N, K, X + groups[g].begin * K, K, Wg, t ? K : N, Y + groups[g].begin * N, N);
+      });
+    }
+    if (narrow_out) narrow_bf16(y_wide, out[0]);
+  };
+}
+
+Kernel tgmm_kernel(const Instr& instr) {
+  const int64_t M = instr.operand(0)->shape().dim(0), K = instr.operand(0)->shape().dim(1);
+  const int64_t N = instr.operand(1)->shape().dim(1);
+  return [=](std::span<const Value* const> in, Value& out) {
+    Buffer x_wide = widen_f32((*in[0])[0]), d_wide = widen_f32((*in[1])[0]);
+    const float* X = x_wide.as<float>();
+    const float* D = d_wide.as<float>();
+    std::vector<Group> groups = groups_of((*in[2])[0], M);
+    bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
+    Buffer o_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
+    float* O = o_wide.as<float>();
+    int64_t G = static_cast<int64_t>(groups.size());
+    int64_t used = groups.empty() ? 0 : groups.back().end;
+    for_groups(G, used * K * N, [&](int64_t g) {
+      int64_t rows = groups[g].end - groups[g].begin;
+      float* Og = O + g * K * N;
+      if (rows == 0 || K == 0 || N == 0) {
+        std::fill(Og, Og + K * N, 0.0f);
+        return;
+      }
+      sgemm('T', 'N', K, N, rows, X + groups[g].begin * K, K, D + groups[g].begin * N, N, Og, N);
+    });
+    if (narrow_out) narrow_bf16(o_wide, out[0]);
+  };
+}
+
+bool f32_or_bf16(ir::DType d) { return d == ir::DType::kF32 || d == ir::DType::kBF16; }
+
+bool accepts(const Instr& instr) {
+  return f32_or_bf16(instr.shape().dtype()) && f32_or_bf16(instr.operand(0)->shape().dtype()) &&
+         f32_or_bf16(instr.operand(1)->shape().dtype());
+}
+
+}  // namespace
+
+std::vector<NativeKernelEntry> grouped_matmul_kernels() {
+  return {{ir::Opcode::kGroupedMatmul, accepts, gmm_kernel},
+          {ir::Opcode::kGroupedMatmulWeightGrad, accepts, tgmm_kernel}};
+}
+
+}  // namespace kiln::backend::cpu
