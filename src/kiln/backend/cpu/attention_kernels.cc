@@ -1,0 +1,411 @@
+// Flash attention on the CPU: the attention and attention_grad ops (ops/attention_ops.cc).
+//
+// Forward: one task per (batch, query head, block of kBq queries), run by the OpenMP pool.
+// A task walks the key blocks its queries can see (causal and sliding-window blocks that
+// are fully masked are never visited, so a window W costs O(T * W)), computes the
+// kBq x kBk logit tile, and keeps an online softmax per row in float32: the running max
+// starts at the sink logit and the running sum at exp(sink - max) = 1, so the sink enters
+// the denominator exactly once. Nothing of size T x S is ever stored; the result is the
+// output and the per-row log-sum-exp.
+//
+// Backward (FlashAttention-2): one task per (batch, kv head), which owns dk and dv of that
+// head and dq of the query heads that share it (GQA), so no two tasks write the same
+// element. Per (query head, key block, query block) tile it recomputes p = exp(s - lse),
+// then dv += p^T dout, dp = dout v^T, ds = p (dp - D) with D = dout . out - dlse,
+// dq += ds k and dk += ds^T q. The sink's gradient is -sum p_sink D per head.
+//
+// Tiles are computed with short loops over a 64-wide block (keys, or the head dim) that
+// the compiler vectorizes (AVX-512 with -march=native); exp is a vectorizable polynomial
+// (relative error about 2e-7). f32 and bf16 inputs (computed in f32); f64 falls back to
+// the reference evaluation.
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kiln/backend/cpu/kernel.h"
+#include "kiln/base/check.h"
+
+namespace kiln::backend::cpu {
+
+namespace {
+
+using ir::DType;
+using ir::Instr;
+
+constexpr int64_t kBq = 64;  // queries per tile
+constexpr int64_t kBk = 64;  // keys per tile
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// exp(x) for x <= ~88: 2^n * 2^f with |f| <= 1/2, a degree-6 polynomial for 2^f; exactly 0
+// below -87 (and for -inf), so masked entries vanish.
+inline float fast_exp(float x) {
+  float t = std::max(x, -87.0f) * 1.44269504088896341f;
+  float n = std::floor(t + 0.5f);
+  float f = (t - n) * 0.693147180559945309f;
+  float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720))))));
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float r = p * std::bit_cast<float>(bits);
+  return x < -87.0f ? 0.0f : r;
+}
+
+inline float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+// Element access in f32 whatever the stored dtype (f32 or bf16).
+struct View {
+  const void* data = nullptr;
+  bool bf16 = false;
+  float operator[](int64_t i) const {
+    return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(data)[i]) : static_cast<const float*>(data)[i];
+  }
+};
+
+View view(const Buffer& b) { return {b.data(), b.shape().dtype() == DType::kBF16}; }
+
+void store(Buffer& b, int64_t i, float value) {
+  if (b.shape().dtype() == DType::kBF16) {
+    b.as<uint16_t>()[i] = ir::float_to_bf16_bits(value);
+  } else {
+    b.as<float>()[i] = value;
+  }
+}
+
+// Copies n rows of Dh elements (row r at offset + r * stride) into dst [n][Dh] in f32,
+// times `mul`.
+void load_rows(const View& src, int64_t offset, int64_t stride, int64_t n, int64_t dh, float* dst, float mul = 1.0f) {
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t e = 0; e < dh; ++e) dst[r * dh + e] = src[offset + r * stride + e] * mul;
+  }
+}
+
+// The same rows transposed into dst [Dh][kBk], zero-padded to kBk columns.
+void load_rows_transposed(const View& src, int64_t offset, int64_t stride, int64_t n, int64_t dh, float* dst) {
+  std::fill(dst, dst + dh * kBk, 0.0f);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t e = 0; e < dh; ++e) dst[e * kBk + r] = src[offset + r * stride + e];
+  }
+}
+
+struct Geometry {
+  int64_t B, T, H, Dh, S, K, G;
+  float scale;
+  bool causal;
+  int64_t window;
+  int sinks = -1, q_seg = -1, kv_seg = -1, out = -1, lse = -1, dout = -1, dlse = -1;
+
+  Geometry(const Instr& instr, bool grad) {
+    const auto& q = instr.operand(0)->shape();
+    const auto& k = instr.operand(1)->shape();
+    B = q.dim(0), T = q.dim(1), H = q.dim(2), Dh = q.dim(3), S = k.dim(1), K = k.dim(2), G = H / K;
+    scale = static_cast<float>(instr.attrs().get_float("scale"));
+    causal = instr.attrs().get_int_or("causal", 0) != 0;
+    window = instr.attrs().get_int_or("window", 0);
+    int n = instr.num_operands();
+    int opt = grad ? n - 7 : n - 3;
+    int i = 3;
+    if (opt == 1 || opt == 3) sinks = i++;
+    if (opt >= 2) {
+      q_seg = i++;
+      kv_seg = i++;
+    }
+    if (grad) {
+      out = i++, lse = i++, dout = i++, dlse = i++;
+    }
+  }
+
+  // Keys [lo, hi) that any query of [i0, i1) may see (before segments).
+  std::pair<int64_t, int64_t> key_range(int64_t i0, int64_t i1) const {
+    if (!causal) return {0, S};
+    int64_t lo = window > 0 ? std::max<int64_t>(0, i0 - window + 1) : 0;
+    return {lo, std::min(S, i1)};
+  }
+  // Queries [lo, hi) that may see any key of [j0, j1).
+  std::pair<int64_t, int64_t> query_range(int64_t j0, int64_t j1) const {
+    if (!causal) return {0, T};
+    int64_t hi = window > 0 ? std::min(T, j1 - 1 + window) : T;
+    return {std::min(j0, T), hi};
+  }
+  // Whether every pair of the tile is allowed by the causal and window masks.
+  bool tile_unmasked(int64_t i0, int64_t i1, int64_t j0, int64_t j1) const {
+    if (!causal) return true;
+    if (j1 - 1 > i0) return false;                       // some key after some query
+    if (window > 0 && j0 <= i1 - 1 - window) return false;  // some key too old
+    return true;
+  }
+  bool allowed(int64_t i, int64_t j) const {
+    if (causal && j > i) return false;
+    if (window > 0 && j <= i - window) return false;
+    return true;
+  }
+};
+
+// s[r][c] = mul * q[r] . kt[:, c] for a tile: q [nq][Dh], kt [Dh][kBk].
+template <int DH>
+void tile_logits(const float* q, const float* kt, int64_t nq, int64_t dh_runtime, float mul, float* s) {
+  const int64_t dh = DH > 0 ? DH : dh_runtime;
+  for (int64_t r = 0; r < nq; ++r) {
+    float acc[kBk] = {};
+    const float* qr = q + r * dh;
+    for (int64_t e = 0; e < dh; ++e) {
+      const float qv = qr[e];
+      const float* k = kt + e * kBk;
+#pragma omp simd
+      for (int64_t c = 0; c < kBk; ++c) acc[c] += qv * k[c];
+    }
+    float* sr = s + r * kBk;
+#pragma omp simd
+    for (int64_t c = 0; c < kBk; ++c) sr[c] = acc[c] * mul;
+  }
+}
+
+// Sets disallowed entries of the tile (and the padding columns past nk) to -inf.
+void mask_tile(const Geometry& g, const int32_t* qs, const int32_t* ks, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+               bool positional, float* s) {
+  for (int64_t r = 0; r < nq; ++r) {
+    float* sr = s + r * kBk;
+    for (int64_t c = nk; c < kBk; ++c) sr[c] = kNegInf;
+    for (int64_t c = 0; c < nk; ++c) {
+      bool ok = !positional || g.allowed(i0 + r, j0 + c);
+      if (qs) ok = ok && qs[i0 + r] == ks[j0 + c];
+      if (!ok) sr[c] = kNegInf;
+    }
+  }
+}
+
+// ---- forward ----
+
+template <int DH>
+void forward(const Geometry& g, std::span<const Value* const> in, Buffer& out, Buffer& lse) {
+  const View q = view((*in[0])[0]), k = view((*in[1])[0]), v = view((*in[2])[0]);
+  const View sinks = g.sinks >= 0 ? view((*in[g.sinks])[0]) : View{};
+  const int32_t* qseg = g.q_seg >= 0 ? (*in[g.q_seg])[0].as<int32_t>() : nullptr;
+  const int32_t* kseg = g.kv_seg >= 0 ? (*in[g.kv_seg])[0].as<int32_t>() : nullptr;
+  const int64_t dh = DH > 0 ? DH : g.Dh;
+  const int64_t qblocks = (g.T + kBq - 1) / kBq;
+  const int64_t tasks = g.B * g.H * qblocks;
+  float* lse_out = lse.as<float>();
+#pragma omp parallel
+  {
+    std::vector<float> qt(kBq * dh), kt(dh * kBk), vt(kBk * dh), s(kBq * kBk), acc(kBq * dh), m(kBq), l(kBq);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t qb = task % qblocks, h = (task / qblocks) % g.H, b = task / (qblocks * g.H);
+      const int64_t kh = h / g.G;
+      const int64_t i0 = qb * kBq, nq = std::min(kBq, g.T - i0);
+      const int32_t* qs = qseg ? qseg + b * g.T : nullptr;
+      const int32_t* ks = kseg ? kseg + b * g.S : nullptr;
+      load_rows(q, ((b * g.T + i0) * g.H + h) * dh, g.H * dh, nq, dh, qt.data(), g.scale);
+      const float sink = g.sinks >= 0 ? sinks[h] : kNegInf;
+      std::fill(m.begin(), m.end(), sink);
+      std::fill(l.begin(), l.end(), g.sinks >= 0 ? 1.0f : 0.0f);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      auto [jlo, jhi] = g.key_range(i0, i0 + nq);
+      for (int64_t j0 = jlo - jlo % kBk; j0 < jhi; j0 += kBk) {
+        const int64_t nk = std::min(kBk, g.S - j0);
+        const int64_t kv_off = ((b * g.S + j0) * g.K + kh) * dh;
+        load_rows_transposed(k, kv_off, g.K * dh, nk, dh, kt.data());
+        load_rows(v, kv_off, g.K * dh, nk, dh, vt.data());
+        tile_logits<DH>(qt.data(), kt.data(), nq, dh, 1.0f, s.data());
+        bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
+        if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
+        for (int64_t r = 0; r < nq; ++r) {
+          float* sr = s.data() + r * kBk;
+          float mx = kNegInf;
+          for (int64_t c = 0; c < kBk; ++c) mx = std::max(mx, sr[c]);
+          const float m_new = std::max(m[r], mx);
+          if (m_new == kNegInf) continue;  // nothing visible yet
+          const float alpha = fast_exp(m[r] - m_new);
+          float sum = 0;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t c = 0; c < kBk; ++c) {
+            float p = fast_exp(sr[c] - m_new);
+            sr[c] = p;
+            sum += p;
+          }
+          l[r] = l[r] * alpha + sum;
+          m[r] = m_new;
+          float* ar = acc.data() + r * dh;
+#pragma omp simd
+          for (int64_t e = 0; e < dh; ++e) ar[e] *= alpha;
+          for (int64_t c = 0; c < nk; ++c) {
+            const float p = sr[c];
+            const float* vr = vt.data() + c * dh;
+#pragma omp simd
+            for (int64_t e = 0; e < dh; ++e) ar[e] += p * vr[e];
+          }
+        }
+      }
+      for (int64_t r = 0; r < nq; ++r) {
+        const int64_t o = ((b * g.T + i0 + r) * g.H + h) * dh;
+        const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+        for (int64_t e = 0; e < dh; ++e) store(out, o + e, acc[r * dh + e] * inv);
+        lse_out[(b * g.H + h) * g.T + i0 + r] = l[r] > 0 ? m[r] + std::log(l[r]) : kNegInf;
+      }
+    }
+  }
+}
+
+Kernel attention_kernel(const Instr& instr) {
+  Geometry g(instr, false);
+  return [g](std::span<const Value* const> in, Value& output) {
+    const auto& q = (*in[0])[0].shape();
+    Buffer out(q), lse(ir::Shape(DType::kF32, {g.B, g.H, g.T}));
+    if (g.Dh == 64) {
+      forward<64>(g, in, out, lse);
+    } else {
+      forward<0>(g, in, out, lse);
+    }
+    output = {out, lse};
+  };
+}
+
+// ---- backward ----
+
+template <int DH>
+void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, Buffer& dk, Buffer& dv,
+              std::vector<float>& dsink_partial) {
+  const View q = view((*in[0])[0]), k = view((*in[1])[0]), v = view((*in[2])[0]);
+  const View sinks = g.sinks >= 0 ? view((*in[g.sinks])[0]) : View{};
+  const int32_t* qseg = g.q_seg >= 0 ? (*in[g.q_seg])[0].as<int32_t>() : nullptr;
+  const int32_t* kseg = g.kv_seg >= 0 ? (*in[g.kv_seg])[0].as<int32_t>() : nullptr;
+  const View out = view((*in[g.out])[0]), dout = view((*in[g.dout])[0]);
+  const View lse = view((*in[g.lse])[0]), dlse = view((*in[g.dlse])[0]);
+  const int64_t dh = DH > 0 ? DH : g.Dh;
+  const int64_t tasks = g.B * g.K;
+#pragma omp parallel
+  {
+    std::vector<float> qf(g.T * dh), dof(g.T * dh), dqa(g.T * dh), dvec(g.T), lrow(g.T);
+    std::vector<float> dka(g.S * dh), dva(g.S * dh);
+    std::vector<float> kt(dh * kBk), vt(dh * kBk), kr(kBk * dh), s(kBq * kBk), dp(kBq * kBk);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t kh = task % g.K, b = task / g.K;
+      const int32_t* qs = qseg ? qseg + b * g.T : nullptr;
+      const int32_t* ks = kseg ? kseg + b * g.S : nullptr;
+      std::fill(dka.begin(), dka.end(), 0.0f);
+      std::fill(dva.begin(), dva.end(), 0.0f);
+      for (int64_t gi = 0; gi < g.G; ++gi) {
+        const int64_t h = kh * g.G + gi;
+        const int64_t q_off = (b * g.T * g.H + h) * dh;
+        load_rows(q, q_off, g.H * dh, g.T, dh, qf.data());
+        load_rows(dout, q_off, g.H * dh, g.T, dh, dof.data());
+        std::fill(dqa.begin(), dqa.end(), 0.0f);
+        const float sink = g.sinks >= 0 ? sinks[h] : kNegInf;
+        float dsink = 0;
+        for (int64_t i = 0; i < g.T; ++i) {
+          float d = -dlse[(b * g.H + h) * g.T + i];
+          for (int64_t e = 0; e < dh; ++e) d += dof[i * dh + e] * out[q_off + i * g.H * dh + e];
+          dvec[i] = d;
+          lrow[i] = lse[(b * g.H + h) * g.T + i];
+          if (g.sinks >= 0 && lrow[i] != kNegInf) dsink -= std::exp(sink - lrow[i]) * d;
+        }
+        dsink_partial[b * g.H + h] = dsink;
+        for (int64_t j0 = 0; j0 < g.S; j0 += kBk) {
+          const int64_t nk = std::min(kBk, g.S - j0);
+          auto [ilo, ihi] = g.query_range(j0, j0 + nk);
+          if (ilo >= ihi) continue;
+          const int64_t kv_off = ((b * g.S + j0) * g.K + kh) * dh;
+          load_rows_transposed(k, kv_off, g.K * dh, nk, dh, kt.data());
+          load_rows_transposed(v, kv_off, g.K * dh, nk, dh, vt.data());
+          load_rows(k, kv_off, g.K * dh, nk, dh, kr.data());
+          float* dkb = dka.data() + j0 * dh;
+          float* dvb = dva.data() + j0 * dh;
+          for (int64_t i0 = ilo - ilo % kBq; i0 < ihi; i0 += kBq) {
+            const int64_t nq = std::min(kBq, g.T - i0);
+            const float* qb = qf.data() + i0 * dh;
+            const float* dob = dof.data() + i0 * dh;
+            tile_logits<DH>(qb, kt.data(), nq, dh, g.scale, s.data());
+            bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
+            if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
+            tile_logits<DH>(dob, vt.data(), nq, dh, 1.0f, dp.data());
+            for (int64_t r = 0; r < nq; ++r) {
+              const float lr = lrow[i0 + r];
+              if (lr == kNegInf) continue;  // a row that sees nothing
+              float* sr = s.data() + r * kBk;
+              float* dpr = dp.data() + r * kBk;
+              const float dr = dvec[i0 + r];
+#pragma omp simd
+              for (int64_t c = 0; c < kBk; ++c) {
+                const float p = fast_exp(sr[c] - lr);
+                sr[c] = p;                        // p
+                dpr[c] = p * (dpr[c] - dr);        // ds (without the scale)
+              }
+              const float* qr = qb + r * dh;
+              const float* dor = dob + r * dh;
+              float* dqr = dqa.data() + (i0 + r) * dh;
+              for (int64_t c = 0; c < nk; ++c) {
+                const float p = sr[c], ds = dpr[c];
+                if (p == 0.0f) continue;
+                const float* kc = kr.data() + c * dh;
+                float* dkc = dkb + c * dh;
+                float* dvc = dvb + c * dh;
+#pragma omp simd
+                for (int64_t e = 0; e < dh; ++e) {
+                  dvc[e] += p * dor[e];
+                  dkc[e] += ds * qr[e];
+                  dqr[e] += ds * kc[e];
+                }
+              }
+            }
+          }
+        }
+        for (int64_t i = 0; i < g.T; ++i) {
+          for (int64_t e = 0; e < dh; ++e) store(dq, q_off + i * g.H * dh + e, dqa[i * dh + e] * g.scale);
+        }
+      }
+      for (int64_t j = 0; j < g.S; ++j) {
+        const int64_t o = ((b * g.S + j) * g.K + kh) * dh;
+        for (int64_t e = 0; e < dh; ++e) {
+          store(dk, o + e, dka[j * dh + e] * g.scale);
+          store(dv, o + e, dva[j * dh + e]);
+        }
+      }
+    }
+  }
+}
+
+Kernel attention_grad_kernel(const Instr& instr) {
+  Geometry g(instr, true);
+  return [g](std::span<const Value* const> in, Value& output) {
+    Buffer dq((*in[0])[0].shape()), dk((*in[1])[0].shape()), dv((*in[2])[0].shape());
+    std::vector<float> partial(g.B * g.H, 0.0f);
+    if (g.Dh == 64) {
+      backward<64>(g, in, dq, dk, dv, partial);
+    } else {
+      backward<0>(g, in, dq, dk, dv, partial);
+    }
+    output = {dq, dk, dv};
+    if (g.sinks >= 0) {
+      Buffer ds((*in[g.sinks])[0].shape());
+      for (int64_t h = 0; h < g.H; ++h) {
+        float sum = 0;
+        for (int64_t b = 0; b < g.B; ++b) sum += partial[b * g.H + h];
+        store(ds, h, sum);
+      }
+      output.push_back(ds);
+    }
+  };
+}
+
+bool f32_or_bf16(DType d) { return d == DType::kF32 || d == DType::kBF16; }
+
+// Every floating operand f32 or bf16 (segments are s32).
+bool accepts(const Instr& instr) {
+  for (const Instr* o : instr.operands()) {
+    DType d = o->shape().dtype();
+    if (d != DType::kS32 && !f32_or_bf16(d)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<NativeKernelEntry> attention_kernels() {
+  return {{ir::Opcode::kAttention, accepts, attention_kernel}, {ir::Opcode::kAttentionGrad, accepts, attention_grad_kernel}};
+}
+
+}  // namespace kiln::backend::cpu
