@@ -71,6 +71,16 @@ Tensor dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   return einsum("bkgts,bskd->btkgd", probs, v).reshape({b, t, h, dh});
 }
 
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& sinks,
+                       const Tensor& q_segment, const Tensor& kv_segment, bool causal, int64_t window) {
+  KILN_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4) << "attention wants [B, T, heads, Dh] operands";
+  ops::Builder& b = q.graph()->builder();
+  ir::Instr* t = b.attention(q.instr(), k.instr(), v.instr(), sinks.valid() ? sinks.instr() : nullptr,
+                             q_segment.valid() ? q_segment.instr() : nullptr,
+                             kv_segment.valid() ? kv_segment.instr() : nullptr, scale, causal, window);
+  return Tensor(q.graph(), b.get_tuple_element(t, 0));
+}
+
 Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, const Tensor& weights) {
   Tensor lf = logits.astype(stats_dtype(logits.dtype()));
   Tensor lse = logsumexp(lf, -1);                            // [...]

@@ -38,6 +38,16 @@ Tensor clamped_swiglu(const Tensor& gate, const Tensor& up, double alpha, double
 Tensor dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed,
                              double scale, const Tensor& sinks = Tensor());
 
+// The same attention as one fused primitive (ops `attention`, flash kernels on the CPU):
+// never materializes [T, S] scores, and its gradient is one fused backward op. The mask is
+// given by its parts rather than as a tensor: causal (key j <= query i), window (> 0: the
+// `window` keys up to and including i, GPT-OSS's sliding layers; needs causal) and segment
+// ids (s32 q_segment [B, T], kv_segment [B, S], or empty Tensors: no attention across
+// segments). Statistics in float32 (float64 for float64 inputs); result [B, T, H, Dh] in
+// q's dtype.
+Tensor flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, const Tensor& sinks,
+                       const Tensor& q_segment, const Tensor& kv_segment, bool causal, int64_t window);
+
 // Token cross-entropy. logits [..., V] (any float dtype, computed in float32),
 // targets [...] s32, weights [...] float32 (1 for tokens that count, 0 for padding).
 // Returns the weighted sum of -log p(target) as a scalar (float32 for bf16 logits).

@@ -1,6 +1,15 @@
 // GPT-OSS self-attention (spec §1.2 steps 4-10, §1.3): q/k/v projections with biases, RoPE
 // on the batch's positions, grouped-query attention with per-head sinks under a causal,
 // segment and (on sliding layers) window mask, and the output projection with bias.
+//
+// Two attention paths give the same result (tests/models/gpt_oss_flash_attention_test.cc):
+//   dot_product  the composite: scores [B, K, G, T, T], a masked float32 softmax with the
+//                sink column, and the probabilities times v (memory grows with T^2);
+//   flash        one fused `attention` op (flash kernels on the CPU backend, one fused
+//                backward op): memory grows with T.
+// `autoselected` picks flash from 128 tokens on, as MaxText does on TPU (its CPU choice is
+// always dot_product, but Kiln's fused CPU kernel is the faster one there too; bench/
+// attention_bench.cc), and dot_product for shorter sequences, where the difference is small.
 #include <cmath>
 
 #include "kiln/frontend/graph.h"
@@ -22,7 +31,7 @@ Tensor attention_mask(const Tensor& segmentation, int64_t window) {
 }
 
 Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x,
-                 const RopeTables& rope, const Tensor& allowed) {
+                 const RopeTables& rope, const Tensor& allowed, const Tensor& segmentation, int64_t window) {
   frontend::Graph& g = *x.graph();
   auto scope = g.scope(prefix);
   auto project = [&](const char* name, std::vector<std::string> axes) {
@@ -39,7 +48,10 @@ Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& 
   k = apply_rope(k, rope).named("key_rope");
 
   Tensor sinks = c.attention_sink ? p.raw(prefix + ".sinks") : Tensor();
-  Tensor context = frontend::nn::dot_product_attention(q, k, v, allowed, 1.0 / std::sqrt(static_cast<double>(c.head_dim)), sinks)
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const bool flash = c.attention == "flash" || (c.attention == "autoselected" && x.dim(1) >= 128);
+  Tensor context = (flash ? frontend::nn::flash_attention(q, k, v, scale, sinks, segmentation, segmentation, true, window)
+                          : frontend::nn::dot_product_attention(q, k, v, allowed, scale, sinks))
                        .named("context")
                        .axes({"activation_batch", "activation_length", "activation_heads", "activation_kv"});  // [B, T, H, Dh]
   Tensor out = frontend::einsum("bthk,hkd->btd", context, p(prefix + ".out.kernel"));  // [B, T, D]

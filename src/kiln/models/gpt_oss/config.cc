@@ -35,6 +35,7 @@ Result<GptOssConfig> GptOssConfig::from(const config::Config& config) {
   c.attention_bias = config.get_bool("attention_bias");
   c.attention_sink = config.get_bool("attention_sink");
   c.sliding_window = config.get_int("sliding_window_size");
+  c.attention = config.get_string("attention");
 
   RopeConfig& r = c.rope;
   r.type = config.get_string("rope_type");

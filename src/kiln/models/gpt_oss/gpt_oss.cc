@@ -54,7 +54,8 @@ GptOss::Forward GptOss::forward(frontend::Graph& g, std::span<const Tensor> para
               .named("pre_self_attention_layer_norm")
               .axes(kActivationAxes);
     }
-    Tensor a = attention(c, p, layer + ".self_attention", h, rope, c.is_sliding(l) ? sliding_mask : full_mask);
+    Tensor a = attention(c, p, layer + ".self_attention", h, rope, c.is_sliding(l) ? sliding_mask : full_mask,
+                         batch.segmentation, c.is_sliding(l) ? c.sliding_window : 0);
     {
       auto scope = g.scope(layer);
       x = (x + a).named("attention_residual").axes(kActivationAxes);

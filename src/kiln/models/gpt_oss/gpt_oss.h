@@ -91,6 +91,7 @@ struct GptOssConfig {
   double eps = 1e-5;
   bool attention_bias = false, attention_sink = false;
   int64_t sliding_window = 0;  // keys (including self) a sliding layer sees; 0 = all layers full
+  std::string attention = "autoselected";  // autoselected | dot_product | flash (see attention.cc)
   RopeConfig rope;
   std::vector<std::string> mlp_activations{"silu", "linear"};
   double activations_limit = -1.0;

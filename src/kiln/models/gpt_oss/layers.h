@@ -45,8 +45,11 @@ frontend::Tensor apply_rope(const frontend::Tensor& x, const RopeTables& rope);
 frontend::Tensor attention_mask(const frontend::Tensor& segmentation, int64_t window);
 
 // x: [B, T, D] (already normalised) -> [B, T, D]. `prefix` is "layers.N.self_attention".
+// `allowed` is the mask the dot-product path reads; the fused path (attention=flash) applies
+// the same mask from its parts: causal, segmentation [B, T] and window (0 on full layers).
 frontend::Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& prefix,
-                           const frontend::Tensor& x, const RopeTables& rope, const frontend::Tensor& allowed);
+                           const frontend::Tensor& x, const RopeTables& rope, const frontend::Tensor& allowed,
+                           const frontend::Tensor& segmentation, int64_t window);
 
 struct MlpOutputs {
   frontend::Tensor out;      // [B, T, D]
