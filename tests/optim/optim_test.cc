@@ -175,6 +175,15 @@ TEST(Clip, ScalesByGlobalNormOnlyAboveTheThreshold) {
   EXPECT_EQ(off[2].scalar_value(), off[3].scalar_value());
 }
 
+TEST(Clip, ZeroGradientsStayZeroWithoutDividingByTheNorm) {
+  // norm 0 < threshold keeps the gradients, so 0 / 0 is never taken (no NaN).
+  ClipCase c{{0, 0, 0}, {0, 0, 0, 0}};
+  auto out = clip_ir(c, 1.0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[0].at(i), 0.0);
+  EXPECT_EQ(out[2].scalar_value(), 0.0);
+  EXPECT_EQ(out[3].scalar_value(), 0.0);
+}
+
 // ---- AdamW ----
 
 TEST(AdamW, MaskExcludesMatchingNamesFromDecay) {
