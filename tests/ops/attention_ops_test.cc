@@ -1,0 +1,264 @@
+// The attention and attention_grad ops: hand-computed values (sink weight, sliding window
+// of one key, a row with no visible key, the sign of the sink's gradient), and the CPU
+// flash kernels against the reference evaluation on shapes that span several tiles
+// (partial tiles, windows shorter and longer than a tile and than the sequence, packed
+// segments, GQA, non-causal cross attention, bf16). The op-table test checks the
+// gradients of every example against finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kiln/backend/backend.h"
+#include "kiln/base/check.h"
+#include "kiln/interp/interpreter.h"
+#include "kiln/ir/parser.h"
+#include "kiln/ops/registry.h"
+#include "tests/testing/random_literals.h"
+
+namespace kiln {
+namespace {
+
+std::vector<ir::Literal> run(const std::string& text, const std::vector<ir::Literal>& args) {
+  auto module = ir::parse_module(text);
+  KILN_CHECK_OK(module);
+  KILN_CHECK_OK(ops::verify(**module));
+  auto out = interp::run(**module, args);
+  KILN_CHECK_OK(out);
+  return *out;
+}
+
+ir::Literal f32(std::vector<int64_t> dims, std::vector<double> v) {
+  return ir::Literal(ir::Shape(ir::DType::kF32, std::move(dims)), std::move(v));
+}
+
+// One query, one key: out = p v with p = e^z / (e^z + e^s), lse = log(e^z + e^s); and the
+// backward with dout = 1: dsink = -p_sink (dout . out) = -(1 - p) 3 p < 0 (a larger sink
+// takes weight from every key), dv = p.
+TEST(AttentionOps, SinkTakesItsShareOfTheSoftmax) {
+  const std::string program = R"(module @m
+ENTRY computation @main {
+  %q = f32[1,1,1,1] parameter(), index=0
+  %k = f32[1,1,1,1] parameter(), index=1
+  %v = f32[1,1,1,1] parameter(), index=2
+  %s = f32[1] parameter(), index=3
+  %a = (f32[1,1,1,1], f32[1,1,1]) attention(%q, %k, %v, %s), causal=1, scale=0.5
+  %o = f32[1,1,1,1] get_tuple_element(%a), index=0
+  %l = f32[1,1,1] get_tuple_element(%a), index=1
+  %one = f32[] constant(1)
+  %do = f32[1,1,1,1] broadcast(%one), dims={}
+  %zero = f32[] constant(0)
+  %dl = f32[1,1,1] broadcast(%zero), dims={}
+  %g = (f32[1,1,1,1], f32[1,1,1,1], f32[1,1,1,1], f32[1]) attention_grad(%q, %k, %v, %s, %o, %l, %do, %dl), causal=1, scale=0.5
+  %dq = f32[1,1,1,1] get_tuple_element(%g), index=0
+  %dk = f32[1,1,1,1] get_tuple_element(%g), index=1
+  %dv = f32[1,1,1,1] get_tuple_element(%g), index=2
+  %ds = f32[1] get_tuple_element(%g), index=3
+  ROOT %t = (f32[1,1,1,1], f32[1,1,1], f32[1,1,1,1], f32[1,1,1,1], f32[1,1,1,1], f32[1]) tuple(%o, %l, %dq, %dk, %dv, %ds)
+}
+)";
+  auto out = run(program, {f32({1, 1, 1, 1}, {1}), f32({1, 1, 1, 1}, {2}), f32({1, 1, 1, 1}, {3}), f32({1}, {0.5})});
+  const double z = 1.0, s = 0.5, p = std::exp(z) / (std::exp(z) + std::exp(s));
+  EXPECT_NEAR(out[0].at(0), 3 * p, 1e-6);
+  EXPECT_NEAR(out[1].at(0), std::log(std::exp(z) + std::exp(s)), 1e-6);
+  // A single key: dout . v = dout . out / p, so ds = p (3 - 3p) scale = 0.5 * 3p(1-p).
+  EXPECT_NEAR(out[2].at(0), 0.5 * 3 * p * (1 - p) * 2, 1e-6);  // dq = ds k
+  EXPECT_NEAR(out[3].at(0), 0.5 * 3 * p * (1 - p) * 1, 1e-6);  // dk = ds q
+  EXPECT_NEAR(out[4].at(0), p, 1e-6);
+  EXPECT_LT(out[5].at(0), 0.0);
+  EXPECT_NEAR(out[5].at(0), -(1 - p) * 3 * p, 1e-6);
+}
+
+// window=1 keeps exactly one key, the query itself: without sinks out_i = v_i whatever the
+// logits (the diagonal is always visible, so a causal or sliding row is never empty).
+TEST(AttentionOps, WindowOfOneSeesOnlyItself) {
+  const std::string program = R"(module @m
+ENTRY computation @main {
+  %q = f32[1,3,2,2] parameter(), index=0
+  %k = f32[1,3,1,2] parameter(), index=1
+  %v = f32[1,3,1,2] parameter(), index=2
+  %a = (f32[1,3,2,2], f32[1,2,3]) attention(%q, %k, %v), causal=1, scale=0.3, window=1
+  ROOT %o = f32[1,3,2,2] get_tuple_element(%a), index=0
+}
+)";
+  std::mt19937_64 rng(3);
+  std::vector<ir::Literal> args = {testing::random_literal(ir::Shape(ir::DType::kF32, {1, 3, 2, 2}), rng, -2, 2),
+                                   testing::random_literal(ir::Shape(ir::DType::kF32, {1, 3, 1, 2}), rng, -2, 2),
+                                   testing::random_literal(ir::Shape(ir::DType::kF32, {1, 3, 1, 2}), rng, -2, 2)};
+  auto out = run(program, args);
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t e = 0; e < 2; ++e) EXPECT_NEAR(out[0].at((i * 2 + h) * 2 + e), args[2].at(i * 2 + e), 1e-6);
+    }
+  }
+}
+
+// Segments can leave a row with no visible key (its id appears nowhere among the keys):
+// such a row gives out = 0 and lse = the sink (-inf without sinks), with no NaN.
+TEST(AttentionOps, RowWithoutVisibleKeysIsZero) {
+  const std::string program = R"(module @m
+ENTRY computation @main {
+  %q = f32[1,2,1,2] parameter(), index=0
+  %k = f32[1,2,1,2] parameter(), index=1
+  %v = f32[1,2,1,2] parameter(), index=2
+  %s = f32[1] parameter(), index=3
+  %qs = s32[1,2] constant({1, 3})
+  %ks = s32[1,2] constant({1, 1})
+  ROOT %a = (f32[1,2,1,2], f32[1,1,2]) attention(%q, %k, %v, %s, %qs, %ks), scale=1
+}
+)";
+  std::mt19937_64 rng(4);
+  std::vector<ir::Literal> args;
+  for (int i = 0; i < 3; ++i) args.push_back(testing::random_literal(ir::Shape(ir::DType::kF32, {1, 2, 1, 2}), rng, -1, 1));
+  args.push_back(f32({1}, {0.25}));
+  auto out = run(program, args);
+  EXPECT_EQ(out[0].at(2), 0.0);
+  EXPECT_EQ(out[0].at(3), 0.0);
+  EXPECT_NEAR(out[1].at(1), 0.25, 1e-7);
+  EXPECT_NE(out[0].at(0), 0.0);
+  // The CPU kernel agrees.
+  auto module = ir::parse_module(program);
+  ASSERT_TRUE(module.ok());
+  backend::CompileOptions options;
+  options.cache_dir = ::testing::TempDir() + "kiln_attention_kernel_cache";
+  auto exe = backend::compile_cpu(**module, options);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  std::vector<backend::Buffer> buffers;
+  for (const auto& a : args) buffers.push_back(backend::Buffer::from_literal(a));
+  auto got = (*exe)->run(buffers);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)[0].get(2), 0.0);
+  EXPECT_EQ((*got)[0].get(3), 0.0);
+  EXPECT_NEAR((*got)[1].get(1), 0.25, 1e-7);
+  EXPECT_NEAR((*got)[0].get(0), out[0].at(0), 1e-5);
+}
+
+// ---- the CPU kernels against the reference evaluation ----
+
+struct KernelCase {
+  std::string name;
+  int64_t B, T, S, H, K, Dh;
+  bool causal, sinks, segments;
+  int64_t window;
+  ir::DType dtype = ir::DType::kF32;
+};
+
+std::string kernel_program(const KernelCase& c) {
+  const char* dt = c.dtype == ir::DType::kBF16 ? "bf16" : "f32";
+  std::string q = fmt::format("{}[{},{},{},{}]", dt, c.B, c.T, c.H, c.Dh);
+  std::string kv = fmt::format("{}[{},{},{},{}]", dt, c.B, c.S, c.K, c.Dh);
+  std::string lse = fmt::format("f32[{},{},{}]", c.B, c.H, c.T);
+  std::string text = "module @m\nENTRY computation @main {\n";
+  int index = 0;
+  std::vector<std::string> ops = {"%q", "%k", "%v"};
+  text += fmt::format("  %q = {} parameter(), index={}\n", q, index++);
+  text += fmt::format("  %k = {} parameter(), index={}\n", kv, index++);
+  text += fmt::format("  %v = {} parameter(), index={}\n", kv, index++);
+  if (c.sinks) {
+    text += fmt::format("  %s = f32[{}] parameter(), index={}\n", c.H, index++);
+    ops.push_back("%s");
+  }
+  if (c.segments) {
+    text += fmt::format("  %qs = s32[{},{}] parameter(), index={}\n", c.B, c.T, index++);
+    text += fmt::format("  %ks = s32[{},{}] parameter(), index={}\n", c.B, c.S, index++);
+    ops.push_back("%qs");
+    ops.push_back("%ks");
+  }
+  text += fmt::format("  %do = {} parameter(), index={}\n", q, index++);
+  text += fmt::format("  %dl = {} parameter(), index={}\n", lse, index++);
+  std::string attrs = fmt::format("causal={}, scale=0.125{}", c.causal ? 1 : 0,
+                                  c.window > 0 ? fmt::format(", window={}", c.window) : "");
+  text += fmt::format("  %a = ({}, {}) attention({}), {}\n", q, lse, fmt::join(ops, ", "), attrs);
+  text += fmt::format("  %o = {} get_tuple_element(%a), index=0\n", q);
+  text += fmt::format("  %l = {} get_tuple_element(%a), index=1\n", lse);
+  std::string grads = fmt::format("{}, {}, {}{}", q, kv, kv, c.sinks ? fmt::format(", f32[{}]", c.H) : "");
+  text += fmt::format("  %g = ({}) attention_grad({}, %o, %l, %do, %dl), {}\n", grads, fmt::join(ops, ", "), attrs);
+  text += fmt::format("  %dq = {} get_tuple_element(%g), index=0\n", q);
+  text += fmt::format("  %dk = {} get_tuple_element(%g), index=1\n", kv);
+  text += fmt::format("  %dv = {} get_tuple_element(%g), index=2\n", kv);
+  std::vector<std::string> root = {"%o", "%l", "%dq", "%dk", "%dv"};
+  std::string root_types = fmt::format("{}, {}, {}, {}, {}", q, lse, q, kv, kv);
+  if (c.sinks) {
+    text += fmt::format("  %ds = f32[{}] get_tuple_element(%g), index=3\n", c.H);
+    root.push_back("%ds");
+    root_types += fmt::format(", f32[{}]", c.H);
+  }
+  text += fmt::format("  ROOT %t = ({}) tuple({})\n}}\n", root_types, fmt::join(root, ", "));
+  return text;
+}
+
+class AttentionKernel : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(AttentionKernel, EqualsReferenceForwardAndBackward) {
+  const KernelCase& c = GetParam();
+  auto module = ir::parse_module(kernel_program(c));
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  ASSERT_TRUE(ops::verify(**module).ok()) << ops::verify(**module).to_string();
+  std::mt19937_64 rng(21);
+  std::vector<ir::Literal> args;
+  const ir::Computation& entry = *(*module)->entry();
+  for (int i = 0; i < entry.num_params(); ++i) {
+    const ir::Shape& s = entry.param(i)->shape();
+    if (s.dtype() == ir::DType::kS32) {  // packed documents: ids rise along the sequence
+      std::vector<double> ids(s.num_elements());
+      const int64_t len = s.dim(1);
+      for (int64_t b = 0; b < s.dim(0); ++b) {
+        for (int64_t t = 0; t < len; ++t) ids[b * len + t] = static_cast<double>((t * (3 + b)) / len);
+      }
+      args.emplace_back(s, std::move(ids));
+    } else if (s.rank() == 1) {  // sinks
+      args.push_back(testing::random_literal(s, rng, 0.0, 3.0));
+    } else {
+      args.push_back(testing::random_literal(s, rng, -2.0, 2.0));
+    }
+  }
+  auto want = interp::run(**module, args);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  backend::CompileOptions options;
+  options.cache_dir = ::testing::TempDir() + "kiln_attention_kernel_cache";
+  auto exe = backend::compile_cpu(**module, options);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  EXPECT_EQ((*exe)->report().fallback_by_op.count("attention"), 0u) << "the native kernel was not used";
+  EXPECT_EQ((*exe)->report().fallback_by_op.count("attention_grad"), 0u) << "the native kernel was not used";
+  std::vector<backend::Buffer> buffers;
+  for (const auto& a : args) buffers.push_back(backend::Buffer::from_literal(a));
+  auto got = (*exe)->run(buffers);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->size(), want->size());
+  // f32: the reference rounds each op to f32 but sums in double; the kernel sums hundreds
+  // of f32 terms in another order with a polynomial exp (~2e-7): 1e-4 of the largest entry.
+  // bf16 results carry 8 significand bits: 2e-2.
+  const char* names[] = {"out", "lse", "dq", "dk", "dv", "dsinks"};
+  for (size_t i = 0; i < want->size(); ++i) {
+    ir::Literal g = (*got)[i].to_literal();
+    const ir::Literal& w = (*want)[i];
+    double scale = 0;
+    for (double x : w.values()) {
+      if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+    }
+    double tol = (g.shape().dtype() == ir::DType::kBF16 ? 2e-2 : 1e-4) * std::max(scale, 1e-3);
+    for (int64_t j = 0; j < w.shape().num_elements(); ++j) {
+      if (std::isinf(w.at(j))) {
+        ASSERT_EQ(g.at(j), w.at(j)) << names[i] << "[" << j << "]";
+        continue;
+      }
+      ASSERT_NEAR(g.at(j), w.at(j), tol) << names[i] << "[" << j << "] of " << c.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionKernel,
+    ::testing::Values(
+        KernelCase{"causal_sinks_gqa", 2, 150, 150, 4, 2, 64, true, true, false, 0},
+        KernelCase{"window_shorter_than_tile", 1, 200, 200, 4, 1, 64, true, true, false, 24},
+        KernelCase{"window_longer_than_tile", 1, 200, 200, 2, 2, 64, true, true, false, 100},
+        KernelCase{"window_longer_than_sequence", 1, 130, 130, 2, 1, 64, true, false, false, 500},
+        KernelCase{"packed_segments", 2, 140, 140, 4, 2, 64, true, true, true, 50},
+        KernelCase{"non_causal_cross", 2, 70, 150, 3, 1, 16, false, false, false, 0},
+        KernelCase{"non_causal_segments_odd_head_dim", 1, 90, 90, 2, 1, 7, false, true, true, 0},
+        KernelCase{"bf16", 1, 130, 130, 4, 2, 64, true, true, false, 64, ir::DType::kBF16}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace kiln
