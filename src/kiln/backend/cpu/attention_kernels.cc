@@ -8,9 +8,9 @@
 // the denominator exactly once. Nothing of size T x S is ever stored; the result is the
 // output and the per-row log-sum-exp.
 //
-// Backward (FlashAttention-2): one task per (batch, kv head), which owns dk and dv of that
-// head and dq of the query heads that share it (GQA), so no two tasks write the same
-// element. Per (query head, key block, query block) tile it recomputes p = exp(s - lse),
+// Backward (FlashAttention-2): one task per (batch, query head), which owns dq of that head;
+// dk and dv (summed over the query heads that share a kv head, GQA) go to per-thread
+// accumulators summed at the end. Per (key block, query block) tile it recomputes p = exp(s - lse),
 // then dv += p^T dout, dp = dout v^T, ds = p (dp - D) with D = dout . out - dlse,
 // dq += ds k and dk += ds^T q. The sink's gradient is -sum p_sink D per head.
 //
@@ -275,95 +275,105 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
   const View out = view((*in[g.out])[0]), dout = view((*in[g.dout])[0]);
   const View lse = view((*in[g.lse])[0]), dlse = view((*in[g.dlse])[0]);
   const int64_t dh = DH > 0 ? DH : g.Dh;
-  const int64_t tasks = g.B * g.K;
-#pragma omp parallel
+  const int64_t tasks = g.B * g.H;
+  // dk and dv sum over the G query heads of a kv head, which run as different tasks: each
+  // thread accumulates into its own [B, K, S, Dh] copy, summed at the end (memory: threads x
+  // the size of dk and dv, linear in S).
+  const int threads = omp_get_max_threads();
+  const int64_t kv_elems = g.B * g.K * g.S * dh;
+  std::vector<float> dk_acc(threads * kv_elems, 0.0f), dv_acc(threads * kv_elems, 0.0f);
+#pragma omp parallel num_threads(threads)
   {
+    float* dka = dk_acc.data() + omp_get_thread_num() * kv_elems;
+    float* dva = dv_acc.data() + omp_get_thread_num() * kv_elems;
     std::vector<float> qf(g.T * dh), dof(g.T * dh), dqa(g.T * dh), dvec(g.T), lrow(g.T);
-    std::vector<float> dka(g.S * dh), dva(g.S * dh);
     std::vector<float> kt(dh * kBk), vt(dh * kBk), kr(kBk * dh), s(kBq * kBk), dp(kBq * kBk);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t kh = task % g.K, b = task / g.K;
+      const int64_t h = task % g.H, b = task / g.H, kh = h / g.G;
       const int32_t* qs = qseg ? qseg + b * g.T : nullptr;
       const int32_t* ks = kseg ? kseg + b * g.S : nullptr;
-      std::fill(dka.begin(), dka.end(), 0.0f);
-      std::fill(dva.begin(), dva.end(), 0.0f);
-      for (int64_t gi = 0; gi < g.G; ++gi) {
-        const int64_t h = kh * g.G + gi;
-        const int64_t q_off = (b * g.T * g.H + h) * dh;
-        load_rows(q, q_off, g.H * dh, g.T, dh, qf.data());
-        load_rows(dout, q_off, g.H * dh, g.T, dh, dof.data());
-        std::fill(dqa.begin(), dqa.end(), 0.0f);
-        const float sink = g.sinks >= 0 ? sinks[h] : kNegInf;
-        float dsink = 0;
-        for (int64_t i = 0; i < g.T; ++i) {
-          float d = -dlse[(b * g.H + h) * g.T + i];
-          for (int64_t e = 0; e < dh; ++e) d += dof[i * dh + e] * out[q_off + i * g.H * dh + e];
-          dvec[i] = d;
-          lrow[i] = lse[(b * g.H + h) * g.T + i];
-          if (g.sinks >= 0 && lrow[i] != kNegInf) dsink -= std::exp(sink - lrow[i]) * d;
-        }
-        dsink_partial[b * g.H + h] = dsink;
-        for (int64_t j0 = 0; j0 < g.S; j0 += kBk) {
-          const int64_t nk = std::min(kBk, g.S - j0);
-          auto [ilo, ihi] = g.query_range(j0, j0 + nk);
-          if (ilo >= ihi) continue;
-          const int64_t kv_off = ((b * g.S + j0) * g.K + kh) * dh;
-          load_rows_transposed(k, kv_off, g.K * dh, nk, dh, kt.data());
-          load_rows_transposed(v, kv_off, g.K * dh, nk, dh, vt.data());
-          load_rows(k, kv_off, g.K * dh, nk, dh, kr.data());
-          float* dkb = dka.data() + j0 * dh;
-          float* dvb = dva.data() + j0 * dh;
-          for (int64_t i0 = ilo - ilo % kBq; i0 < ihi; i0 += kBq) {
-            const int64_t nq = std::min(kBq, g.T - i0);
-            const float* qb = qf.data() + i0 * dh;
-            const float* dob = dof.data() + i0 * dh;
-            tile_logits<DH>(qb, kt.data(), nq, dh, g.scale, s.data());
-            bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
-            if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
-            tile_logits<DH>(dob, vt.data(), nq, dh, 1.0f, dp.data());
-            for (int64_t r = 0; r < nq; ++r) {
-              const float lr = lrow[i0 + r];
-              if (lr == kNegInf) continue;  // a row that sees nothing
-              float* sr = s.data() + r * kBk;
-              float* dpr = dp.data() + r * kBk;
-              const float dr = dvec[i0 + r];
+      const int64_t q_off = (b * g.T * g.H + h) * dh;
+      load_rows(q, q_off, g.H * dh, g.T, dh, qf.data());
+      load_rows(dout, q_off, g.H * dh, g.T, dh, dof.data());
+      std::fill(dqa.begin(), dqa.end(), 0.0f);
+      const float sink = g.sinks >= 0 ? sinks[h] : kNegInf;
+      float dsink = 0;
+      for (int64_t i = 0; i < g.T; ++i) {
+        float d = -dlse[(b * g.H + h) * g.T + i];
+        for (int64_t e = 0; e < dh; ++e) d += dof[i * dh + e] * out[q_off + i * g.H * dh + e];
+        dvec[i] = d;
+        lrow[i] = lse[(b * g.H + h) * g.T + i];
+        if (g.sinks >= 0 && lrow[i] != kNegInf) dsink -= std::exp(sink - lrow[i]) * d;
+      }
+      dsink_partial[b * g.H + h] = dsink;
+      for (int64_t j0 = 0; j0 < g.S; j0 += kBk) {
+        const int64_t nk = std::min(kBk, g.S - j0);
+        auto [ilo, ihi] = g.query_range(j0, j0 + nk);
+        if (ilo >= ihi) continue;
+        const int64_t kv_off = ((b * g.S + j0) * g.K + kh) * dh;
+        load_rows_transposed(k, kv_off, g.K * dh, nk, dh, kt.data());
+        load_rows_transposed(v, kv_off, g.K * dh, nk, dh, vt.data());
+        load_rows(k, kv_off, g.K * dh, nk, dh, kr.data());
+        float* dkb = dka + ((b * g.K + kh) * g.S + j0) * dh;
+        float* dvb = dva + ((b * g.K + kh) * g.S + j0) * dh;
+        for (int64_t i0 = ilo - ilo % kBq; i0 < ihi; i0 += kBq) {
+          const int64_t nq = std::min(kBq, g.T - i0);
+          const float* qb = qf.data() + i0 * dh;
+          const float* dob = dof.data() + i0 * dh;
+          tile_logits<DH>(qb, kt.data(), nq, dh, g.scale, s.data());
+          bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
+          if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
+          tile_logits<DH>(dob, vt.data(), nq, dh, 1.0f, dp.data());
+          for (int64_t r = 0; r < nq; ++r) {
+            const float lr = lrow[i0 + r];
+            if (lr == kNegInf) continue;  // a row that sees nothing
+            float* sr = s.data() + r * kBk;
+            float* dpr = dp.data() + r * kBk;
+            const float dr = dvec[i0 + r];
 #pragma omp simd
-              for (int64_t c = 0; c < kBk; ++c) {
-                const float p = fast_exp(sr[c] - lr);
-                sr[c] = p;                        // p
-                dpr[c] = p * (dpr[c] - dr);        // ds (without the scale)
-              }
-              const float* qr = qb + r * dh;
-              const float* dor = dob + r * dh;
-              float* dqr = dqa.data() + (i0 + r) * dh;
-              for (int64_t c = 0; c < nk; ++c) {
-                const float p = sr[c], ds = dpr[c];
-                if (p == 0.0f) continue;
-                const float* kc = kr.data() + c * dh;
-                float* dkc = dkb + c * dh;
-                float* dvc = dvb + c * dh;
+            for (int64_t c = 0; c < kBk; ++c) {
+              const float p = fast_exp(sr[c] - lr);
+              sr[c] = p;                     // p
+              dpr[c] = p * (dpr[c] - dr);    // ds (without the scale)
+            }
+            const float* __restrict qr = qb + r * dh;
+            const float* __restrict dor = dob + r * dh;
+            float* __restrict dqr = dqa.data() + (i0 + r) * dh;
+            for (int64_t c = 0; c < nk; ++c) {
+              const float p = sr[c], ds = dpr[c];
+              if (p == 0.0f) continue;
+              const float* __restrict kc = kr.data() + c * dh;
+              float* __restrict dkc = dkb + c * dh;
+              float* __restrict dvc = dvb + c * dh;
 #pragma omp simd
-                for (int64_t e = 0; e < dh; ++e) {
-                  dvc[e] += p * dor[e];
-                  dkc[e] += ds * qr[e];
-                  dqr[e] += ds * kc[e];
-                }
+              for (int64_t e = 0; e < dh; ++e) {
+                dvc[e] += p * dor[e];
+                dkc[e] += ds * qr[e];
+                dqr[e] += ds * kc[e];
               }
             }
           }
         }
-        for (int64_t i = 0; i < g.T; ++i) {
-          for (int64_t e = 0; e < dh; ++e) store(dq, q_off + i * g.H * dh + e, dqa[i * dh + e] * g.scale);
-        }
       }
-      for (int64_t j = 0; j < g.S; ++j) {
-        const int64_t o = ((b * g.S + j) * g.K + kh) * dh;
-        for (int64_t e = 0; e < dh; ++e) {
-          store(dk, o + e, dka[j * dh + e] * g.scale);
-          store(dv, o + e, dva[j * dh + e]);
-        }
+      for (int64_t i = 0; i < g.T; ++i) {
+        for (int64_t e = 0; e < dh; ++e) store(dq, q_off + i * g.H * dh + e, dqa[i * dh + e] * g.scale);
       }
+    }
+  }
+  // Sum the threads' copies into dk and dv ([B, S, K, Dh]).
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < g.B * g.K * g.S; ++row) {
+    const int64_t j = row % g.S, kh = (row / g.S) % g.K, b = row / (g.S * g.K);
+    const int64_t o = ((b * g.S + j) * g.K + kh) * dh;
+    for (int64_t e = 0; e < dh; ++e) {
+      float sk = 0, sv = 0;
+      for (int t = 0; t < threads; ++t) {
+        sk += dk_acc[t * kv_elems + row * dh + e];
+        sv += dv_acc[t * kv_elems + row * dh + e];
+      }
+      store(dk, o + e, sk * g.scale);
+      store(dv, o + e, sv);
     }
   }
 }
