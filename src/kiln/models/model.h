@@ -48,6 +48,9 @@ struct LossOutputs {
   frontend::Tensor total_weights;  // f32 []: number of counted target tokens
   frontend::Tensor moe_lb_loss;    // f32 []: mean over layers of the weighted load-balance loss (0 if unused)
   frontend::Tensor z_loss;         // f32 []: weighted output z-loss (0 if unused)
+  // f32 [MoE layers, 3]: per layer max and mean (token, expert) pairs per expert and pairs
+  // dropped by the capacity; invalid for a model without MoE layers. Not differentiated.
+  frontend::Tensor expert_load;
 };
 
 struct ParamCounts {

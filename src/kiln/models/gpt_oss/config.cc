@@ -59,6 +59,9 @@ Result<GptOssConfig> GptOssConfig::from(const config::Config& config) {
   c.float32_weight_sum = config.get_bool("float32_weight_sum");
   c.routed_scaling_factor = number(config, "routed_scaling_factor");
   c.load_balance_loss_weight = number(config, "load_balance_loss_weight");
+  c.sparse_matmul = config.get_bool("sparse_matmul");
+  c.capacity_factor = number(config, "capacity_factor");
+  c.use_random_routing = config.get_bool("use_random_routing");
   c.z_loss_multiplier = number(config, "z_loss_multiplier");
   c.logits_via_embedding = config.get_bool("logits_via_embedding");
   c.cast_logits_to_fp32 = config.get_bool("cast_logits_to_fp32");
@@ -103,16 +106,9 @@ Result<GptOssConfig> GptOssConfig::from(const config::Config& config) {
   if (config.get_bool("fused_qkv")) {
     return unimplemented("fused_qkv: the fused q/k/v projection layout is not implemented by decoder_block gpt_oss");
   }
-  if (number(config, "capacity_factor") > 0) {
-    return unimplemented("capacity_factor: {} asks for token dropping; only dropless routing (-1) is implemented",
-                         number(config, "capacity_factor"));
-  }
   if (config.get_bool("enable_dropout") && number(config, "dropout_rate") > 0) {
     return unimplemented("dropout_rate: dropout is not implemented by decoder_block gpt_oss (set enable_dropout=false "
                          "or dropout_rate=0)");
-  }
-  if (config.get_bool("use_random_routing")) {
-    return unimplemented("use_random_routing: random routing is not implemented by decoder_block gpt_oss");
   }
   return c;
 }

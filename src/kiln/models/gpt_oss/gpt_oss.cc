@@ -65,6 +65,7 @@ GptOss::Forward GptOss::forward(frontend::Graph& g, std::span<const Tensor> para
     }
     MlpOutputs m = mlp(c, p, layer + ".mlp", h);
     if (m.lb_loss.valid()) f.moe_lb_losses.push_back(m.lb_loss);
+    if (m.expert_load.valid()) f.expert_loads.push_back(m.expert_load.expand_dims(0));
     {
       auto scope = g.scope(layer);
       x = (x + m.out).named("output").axes(kActivationAxes);
@@ -114,6 +115,7 @@ LossOutputs GptOss::loss(frontend::Graph& g, std::span<const Tensor> params, con
   } else {
     out.moe_lb_loss = g.scalar(0.0).named("moe_lb_loss");
   }
+  if (!f.expert_loads.empty()) out.expert_load = frontend::concatenate(f.expert_loads, 0).named("expert_load");
   out.loss = loss.named("loss");
   return out;
 }

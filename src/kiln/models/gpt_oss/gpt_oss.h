@@ -45,13 +45,17 @@
 // statistics, the attention and router softmaxes, the routing weights, the weighted expert
 // sum (float32_weight_sum), the logits (cast_logits_to_fp32) and the losses in float32.
 //
+// MoE dispatch: sparse_matmul=true (default) sorts the (token, expert) pairs by expert and
+// runs grouped matmuls over the ragged groups; false runs the dense one-hot dispatch (same
+// result, E/k times the FLOPs). capacity_factor > 0 drops pairs past each expert's capacity
+// (MaxText semantics, both dispatches); use_random_routing picks experts at random.
+//
 // Keys read but not (yet) changing the program: scan_layers (layers are unrolled, each with
-// its own parameters), sparse_matmul / megablox (experts are dispatched densely; the result
-// is the same), attention (always dot-product), float32_qk_product / float32_logits (the
+// its own parameters), megablox (one grouped-matmul kernel serves both of MaxText's
+// choices), attention (always dot-product), float32_qk_product / float32_logits (the
 // softmax is always float32), inhomogeneous_layer_cycle_interval (the sliding/full
 // alternation is GPT-OSS's). Keys that would change the math but are not implemented
-// (attn_logits_soft_cap, fused_qkv, capacity_factor > 0, dropout, use_random_routing,
-// rope_type llama3.1) are errors.
+// (attn_logits_soft_cap, fused_qkv, dropout, rope_type llama3.1) are errors.
 #pragma once
 
 #include <map>
@@ -98,6 +102,12 @@ struct GptOssConfig {
   bool mlp_bias = false, routed_bias = false, norm_topk_prob = false, float32_weight_sum = true;
   double routed_scaling_factor = 1.0;
   double load_balance_loss_weight = 0.0;
+  // Expert dispatch: sparse_matmul (megablox is MaxText's kernel choice under it; Kiln has
+  // one grouped-matmul kernel for both) sorts the (token, expert) pairs by expert and runs
+  // grouped matmuls; false runs every expert on every token (dense one-hot dispatch).
+  bool sparse_matmul = true;
+  double capacity_factor = -1.0;    // > 0: per-expert capacity per sequence (token dropping); -1 dropless
+  bool use_random_routing = false;  // debug: experts picked at random (balanced), router weights kept
   double z_loss_multiplier = 0.0;
   bool logits_via_embedding = false, cast_logits_to_fp32 = true;
   ir::DType dtype = ir::DType::kF32;         // activations and matmuls
@@ -127,6 +137,7 @@ class GptOss final : public Model {
   struct Forward {
     frontend::Tensor logits;                     // [B, T, V]
     std::vector<frontend::Tensor> moe_lb_losses;  // per MoE layer, weighted, f32 []
+    std::vector<frontend::Tensor> expert_loads;   // per MoE layer, f32 [3] (MlpOutputs::expert_load)
   };
   Forward forward(frontend::Graph& g, std::span<const frontend::Tensor> params, const Batch& batch) const;
   void build_specs();

@@ -54,6 +54,9 @@ frontend::Tensor attention(const GptOssConfig& c, const ParamTable& p, const std
 struct MlpOutputs {
   frontend::Tensor out;      // [B, T, D]
   frontend::Tensor lb_loss;  // f32 [], weighted load-balance loss (invalid for a dense MLP or weight 0)
+  // MoE only: f32 [3] = {max, mean} routed (token, expert) pairs per expert, pairs dropped
+  // by the capacity (0 when dropless).
+  frontend::Tensor expert_load;
 };
 // x: [B, T, D] (already normalised). `prefix` is "layers.N.mlp".
 MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const frontend::Tensor& x);

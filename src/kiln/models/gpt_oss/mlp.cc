@@ -5,8 +5,10 @@
 // a0(x W0) * a1(x W1); ["sigmoid", "linear"] is GPT-OSS's clamped SwiGLU
 // (gate * sigmoid(1.702 gate) * (up + 1), gate <= limit, |up| <= limit when limit > 0).
 // Activations are named as MaxText's remat policies name them: mlpwi_0, mlpwi_1, mlpwo.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <tuple>
 
 #include "kiln/base/check.h"
 #include "kiln/frontend/graph.h"
@@ -63,24 +65,66 @@ Tensor dense_mlp(const GptOssConfig& c, const ParamTable& p, const std::string& 
 // The router's decision for every token, in the two forms dispatches use.
 struct Routing {
   Tensor index;    // s32 [B, T, k]: the picked experts, best first
-  Tensor weights;  // f32 [B, T, k]: their weights
+  Tensor weights;  // f32 [B, T, k]: their weights (0 for a pair dropped by the capacity)
   Tensor combine;  // f32 [B, T, E]: the weights scattered over all experts (0 where not picked)
   Tensor logits;   // f32 [B, T, E]: the router logits (for the load-balance loss)
+  Tensor counts;   // f32 [E]: (token, expert) pairs routed to each expert
+  Tensor dropped;  // f32 []: pairs dropped by the capacity (0 when dropless)
 };
 
+// Inclusive prefix sum along `axis` in log2(n) shifted adds (Hillis-Steele).
+Tensor cumsum(const Tensor& x, int axis) {
+  const int64_t n = x.dim(axis);
+  Tensor s = x;
+  for (int64_t d = 1; d < n; d *= 2) {
+    std::vector<int64_t> zero_dims = x.dims();
+    zero_dims[axis] = d;
+    s = s + frontend::concatenate({x.graph()->zeros(zero_dims, x.dtype()), s.slice(axis, 0, n - d)}, axis);
+  }
+  return s;
+}
+
+// MaxText's per-sequence expert capacity (moe.py generate_masks):
+// int(max(ceil(T * k / E) * capacity_factor, capacity_factor)).
+int64_t expert_capacity(const GptOssConfig& c, int64_t seq_len) {
+  double balanced = std::ceil(static_cast<double>(seq_len * c.top_k) / static_cast<double>(c.num_experts));
+  return static_cast<int64_t>(std::max(balanced * c.capacity_factor, c.capacity_factor));
+}
+
 // Router: linear with bias, top-k on the raw logits, softmax over the k picked (in float32).
+// use_random_routing picks the k experts from uniform random scores instead (a balanced
+// load for performance work; the same draw every step) and keeps the softmax of the router
+// logits over those k as the weights, so the router still trains.
 Routing route(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x) {
   Routing r;
+  const int64_t b = x.dim(0), t = x.dim(1), e = c.num_experts, k = c.top_k;
   Tensor logits = frontend::einsum("btd,de->bte", x, p(prefix + ".gate.kernel"));
   if (c.routed_bias) logits = logits + p(prefix + ".gate.bias");
   r.logits = logits.astype(ir::DType::kF32).named("router_logits").axes({"activation_batch", "activation_length", ""});
-  auto [top_logits, top_index] = frontend::top_k(r.logits, c.top_k);              // [B, T, k]
+  Tensor top_logits, top_index;
+  if (c.use_random_routing) {
+    Tensor scores = x.graph()->random({b, t, e}, "uniform", /*seed=*/0).named("random_routing_scores");
+    top_index = frontend::top_k(scores, k).second;
+    top_logits = r.logits.take(top_index, 2, 2);                                   // [B, T, k]
+  } else {
+    std::tie(top_logits, top_index) = frontend::top_k(r.logits, k);                // [B, T, k]
+  }
   r.index = top_index.named("expert_index");
   r.weights = frontend::nn::softmax(top_logits, -1);                               // over the k picked
   if (c.norm_topk_prob) r.weights = r.weights / r.weights.sum({-1}, true);
   if (c.routed_scaling_factor != 1.0) r.weights = r.weights * c.routed_scaling_factor;
+  Tensor picked = frontend::one_hot(r.index, e, ir::DType::kF32);                  // [B, T, k, E]
+  r.counts = picked.sum({0, 1, 2}).named("expert_counts");                         // [E]
+  if (c.capacity_factor > 0) {
+    // MaxText's token dropping: within each sequence, the pairs of an expert in (token,
+    // slot) order past its capacity are dropped (their weight becomes 0).
+    Tensor hits = picked.reshape({b, t * k, e});
+    Tensor position = (cumsum(hits, 1) * hits).sum({2}).reshape({b, t, k});        // 1-based, among its expert's pairs
+    Tensor keep = frontend::where(position <= static_cast<double>(expert_capacity(c, t)), x.graph()->full({b, t, k}, 1.0), 0.0);
+    r.weights = (r.weights * frontend::stop_gradient(keep)).named("expert_weights_kept");
+    r.dropped = (1.0 - keep).sum().named("dropped_pairs");
+  }
   r.weights = r.weights.named("expert_weights");
-  Tensor picked = frontend::one_hot(r.index, c.num_experts, ir::DType::kF32);      // [B, T, k, E]
   r.combine = (picked * r.weights.expand_dims(-1)).sum({2}).named("combine");      // [B, T, E]
   return r;
 }
@@ -106,6 +150,42 @@ Tensor dense_experts(const GptOssConfig& c, const ParamTable& p, const std::stri
   return out.astype(c.dtype);
 }
 
+// Sparse (dropless) dispatch, MaxText's sparse_matmul / MegaBlox path: the (token, slot)
+// pairs are sorted by expert (stably, so each expert's pairs keep token order), the token
+// rows gathered into that grouped layout [N*k, D] with the tokens per expert as group
+// sizes, the experts run as grouped matmuls over the ragged groups, and each pair's output,
+// times its routing weight, is added back to its token. Equal to dense_experts.
+Tensor sparse_experts(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x,
+                      const Routing& routing) {
+  frontend::Graph& g = *x.graph();
+  const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2), e = c.num_experts, k = c.top_k;
+  const int64_t n = b * t, pairs = n * k;
+  Tensor xf = x.reshape({n, d});                                                  // [N, D]
+  Tensor expert = routing.index.reshape({pairs});                                 // s32 [N*k], pair i: token i / k
+  auto [sorted_expert, order] = frontend::sort(expert);                           // stable
+  Tensor token = g.iota({n, k}, 0).reshape({pairs}).take(order, 0).named("sorted_token");  // s32 [N*k]
+  Tensor sizes = frontend::scatter_add(g.zeros({e}, ir::DType::kS32), expert, g.full({pairs}, 1.0, ir::DType::kS32), 0)
+                     .named("group_sizes");                                       // s32 [E]
+  Tensor xs = xf.take(token, 0).named("grouped_inputs");                          // [N*k, D], grouped by expert
+  auto gmm = [&](const Tensor& lhs, const std::string& name) {
+    Tensor y(&g, g.builder().grouped_matmul(lhs.instr(), p(prefix + "." + name).instr(), sizes.instr()));
+    if (c.mlp_bias) y = y + p(prefix + "." + name + "_bias").take(sorted_expert, 0);  // each row its expert's bias
+    return y;
+  };
+  auto project = [&](const std::string& name) {
+    return gmm(xs, name).named("mlp" + name).axes({"activation_length", "activation_mlp"});  // [N*k, I]
+  };
+  Tensor gate = project("wi_0");
+  Tensor up = c.mlp_activations.size() == 2 ? project("wi_1") : Tensor();
+  Tensor hidden = hidden_activation(c, gate, up).named("hidden");                // [N*k, I]
+  Tensor y = gmm(hidden, "wo").named("mlpwo");                                    // [N*k, D]
+  const ir::DType sum_dtype = c.float32_weight_sum ? ir::DType::kF32 : c.dtype;
+  Tensor w = routing.weights.reshape({pairs}).take(order, 0).astype(sum_dtype);   // [N*k]
+  Tensor contributions = y.astype(sum_dtype) * w.expand_dims(-1);                 // [N*k, D]
+  Tensor out = frontend::scatter_add(g.zeros({n, d}, sum_dtype), token, contributions, 0);  // [N, D]
+  return out.reshape({b, t, d}).astype(c.dtype);
+}
+
 }  // namespace
 
 MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x) {
@@ -116,12 +196,17 @@ MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& pr
     result.out = dense_mlp(c, p, prefix, x).axes({"activation_batch", "activation_length", "activation_embed"});
     return result;
   }
-  // sparse_matmul will select the grouped-matmul dispatch once it exists; until then every
-  // config dispatches densely (the same numbers, more FLOPs).
   Routing routing = route(c, p, prefix, x);
-  result.out = dense_experts(c, p, prefix, x, routing)
-                   .named("out")
-                   .axes({"activation_batch", "activation_length", "activation_embed"});
+  Tensor out = c.sparse_matmul ? sparse_experts(c, p, prefix, x, routing) : dense_experts(c, p, prefix, x, routing);
+  result.out = out.named("out").axes({"activation_batch", "activation_length", "activation_embed"});
+  {
+    // Expert load for the metrics: max and mean pairs per expert, pairs dropped.
+    Tensor load_max = frontend::stop_gradient(routing.counts).max({0});
+    Tensor load_mean = frontend::stop_gradient(routing.counts).mean({0});
+    Tensor dropped = routing.dropped.valid() ? frontend::stop_gradient(routing.dropped) : g.scalar(0.0);
+    result.expert_load =
+        frontend::concatenate({load_max.reshape({1}), load_mean.reshape({1}), dropped.reshape({1})}, 0).named("expert_load");
+  }
 
   if (c.load_balance_loss_weight > 0) {
     // MaxText: per sequence, density[e] = mean over tokens of "e is among the picked",
