@@ -13,6 +13,17 @@ namespace kiln::train {
 namespace {
 // NaN prints as "nan" whatever its sign bit.
 double shown(double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; }
+
+// ", expert_load (max/mean/dropped): [a/b/c, ...]" (or nothing).
+std::string expert_load_text(const StepRecord& r) {
+  if (r.expert_load.empty()) return "";
+  std::vector<std::string> layers;
+  for (size_t i = 0; i + 2 < r.expert_load.size(); i += 3) {
+    layers.push_back(fmt::format("{:g}/{:g}/{:g}", r.expert_load[i], r.expert_load[i + 1], r.expert_load[i + 2]));
+  }
+  return fmt::format(", expert_load (max/mean/dropped): [{}]", fmt::join(layers, ", "));
+}
+
 }  // namespace
 
 std::string console_line(const StepRecord& r) {
@@ -23,7 +34,8 @@ std::string console_line(const StepRecord& r) {
       "raw_grad_norm: {:.3f}, moe_lb_loss: {:.6f}, MFU: {:.2f}%",
       r.step, r.step_time_s, r.tflops_per_s_per_device, r.tokens_per_s_per_device,
       static_cast<int64_t>(std::llround(r.total_weights)), shown(r.loss), shown(r.lm_loss), r.learning_rate,
-      shown(r.grad_norm), shown(r.raw_grad_norm), shown(r.moe_lb_loss), 100.0 * r.mfu);
+      shown(r.grad_norm), shown(r.raw_grad_norm), shown(r.moe_lb_loss), 100.0 * r.mfu) +
+         expert_load_text(r);
 }
 
 namespace {
@@ -31,14 +43,27 @@ namespace {
 std::string number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
 }  // namespace
 
+// ", \"expert_load\": [[max, mean, dropped], ...]" (or nothing).
+std::string expert_load_json(const StepRecord& r) {
+  if (r.expert_load.empty()) return "";
+  std::vector<std::string> layers;
+  for (size_t i = 0; i + 2 < r.expert_load.size(); i += 3) {
+    layers.push_back(fmt::format("[{}, {}, {}]", number(r.expert_load[i]), number(r.expert_load[i + 1]),
+                                 number(r.expert_load[i + 2])));
+  }
+  return fmt::format(", \"expert_load\": [{}]", fmt::join(layers, ", "));
+}
+
 std::string json_line(const StepRecord& r) {
-  return fmt::format(
+  std::string line = fmt::format(
       "{{\"step\": {}, \"loss\": {}, \"lm_loss\": {}, \"total_weights\": {}, \"moe_lb_loss\": {}, "
       "\"z_loss\": {}, \"grad_norm\": {}, \"raw_grad_norm\": {}, \"param_norm\": {}, \"learning_rate\": {}, "
       "\"step_time_s\": {}, \"tokens_per_s_per_device\": {}, \"tflops_per_s_per_device\": {}, \"mfu\": {}}}",
       r.step, number(r.loss), number(r.lm_loss), number(r.total_weights), number(r.moe_lb_loss), number(r.z_loss),
       number(r.grad_norm), number(r.raw_grad_norm), number(r.param_norm), number(r.learning_rate),
       number(r.step_time_s), number(r.tokens_per_s_per_device), number(r.tflops_per_s_per_device), number(r.mfu));
+  if (!r.expert_load.empty()) line.insert(line.size() - 1, expert_load_json(r));  // before the closing brace
+  return line;
 }
 
 JsonlWriter::~JsonlWriter() { close(); }

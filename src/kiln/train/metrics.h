@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "kiln/base/status.h"
 
@@ -31,6 +32,10 @@ struct StepRecord {
   double tokens_per_s_per_device = 0;
   double tflops_per_s_per_device = 0;
   double mfu = 0;            // tflops_per_s_per_device / hardware_peak_tflops (a fraction)
+  // MoE, every log_period steps (else empty): per MoE layer max and mean (token, expert)
+  // pairs per expert and pairs dropped by the capacity, flattened [layers * 3]. Console:
+  // ", expert_load (max/mean/dropped): [24/12/0, ...]"; JSON: "expert_load": [[24, 12, 0], ...].
+  std::vector<double> expert_load;
 };
 
 std::string console_line(const StepRecord& r);

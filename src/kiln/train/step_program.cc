@@ -121,7 +121,11 @@ Result<StepProgram> build_step_program(const models::Model& model, const StepPro
   outputs.push_back(clipped.norm);
   outputs.push_back(param_norm);
   outputs.push_back(lr);
-  KILN_CHECK(static_cast<int64_t>(outputs.size()) == program.num_state() + static_cast<int64_t>(StepMetric::kCount));
+  if (losses.expert_load.valid()) {
+    outputs.push_back(frontend::stop_gradient(losses.expert_load.astype(DType::kF32)));
+    program.has_expert_load = true;
+  }
+  KILN_CHECK(static_cast<int64_t>(outputs.size()) == program.num_outputs());
   g.set_outputs(outputs);
   program.module = g.release();
   return program;

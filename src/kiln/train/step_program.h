@@ -66,6 +66,11 @@ struct StepProgram {
   // Output positions: state outputs mirror the state arguments; the metrics follow.
   int64_t num_state() const { return 3 * num_params + 1; }
   int64_t metric_output(StepMetric m) const { return num_state() + static_cast<int64_t>(m); }
+  // MoE models: one more output after the metrics, f32 [MoE layers, 3] (max and mean
+  // (token, expert) pairs per expert, dropped pairs; models::LossOutputs::expert_load).
+  bool has_expert_load = false;
+  int64_t expert_load_output() const { return metric_output(StepMetric::kCount); }
+  int64_t num_outputs() const { return metric_output(StepMetric::kCount) + (has_expert_load ? 1 : 0); }
 };
 
 Result<StepProgram> build_step_program(const models::Model& model, const StepProgramOptions& options);

@@ -14,12 +14,13 @@ class InterpreterRunner : public StepRunner {
   void set_arg(int64_t index, const ir::Literal& value) override { args_[index] = value; }
   Status run() override {
     KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> outputs, interp::run(*program_.module, args_));
-    KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.metric_output(StepMetric::kCount));
+    KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.num_outputs());
     for (int64_t i = 0; i < program_.num_state(); ++i) args_[i] = std::move(outputs[i]);
     metrics_.clear();
     for (int m = 0; m < static_cast<int>(StepMetric::kCount); ++m) {
       metrics_.push_back(outputs[program_.metric_output(static_cast<StepMetric>(m))].scalar_value());
     }
+    if (program_.has_expert_load) expert_load_ = outputs[program_.expert_load_output()].values();
     return ok_status();
   }
   double metric(StepMetric m) const override { return metrics_.at(static_cast<size_t>(m)); }
@@ -39,13 +40,14 @@ class CompiledRunner : public StepRunner {
   void set_arg(int64_t index, const ir::Literal& value) override { args_[index] = backend::Buffer::from_literal(value); }
   Status run() override {
     KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> outputs, exe_->run(args_));
-    KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.metric_output(StepMetric::kCount));
+    KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.num_outputs());
     // Outputs are fresh buffers: the state moves over without copies.
     for (int64_t i = 0; i < program_.num_state(); ++i) args_[i] = std::move(outputs[i]);
     metrics_.clear();
     for (int m = 0; m < static_cast<int>(StepMetric::kCount); ++m) {
       metrics_.push_back(outputs[program_.metric_output(static_cast<StepMetric>(m))].get(0));
     }
+    if (program_.has_expert_load) expert_load_ = outputs[program_.expert_load_output()].to_literal().values();
     return ok_status();
   }
   double metric(StepMetric m) const override { return metrics_.at(static_cast<size_t>(m)); }

@@ -24,8 +24,13 @@ class StepRunner {
   virtual void set_arg(int64_t index, const ir::Literal& value) = 0;
   virtual Status run() = 0;
   virtual double metric(StepMetric m) const = 0;  // from the last run()
+  // Per MoE layer {max, mean, dropped} from the last run() (empty without MoE layers).
+  const std::vector<double>& expert_load() const { return expert_load_; }
   virtual ir::Literal arg(int64_t index) const = 0;  // the current value of an argument (state)
   virtual const char* name() const = 0;              // "reference interpreter", "compiled CPU executable"
+
+ protected:
+  std::vector<double> expert_load_;
 };
 
 std::unique_ptr<StepRunner> make_interpreter_runner(const StepProgram& program);

@@ -1,5 +1,6 @@
 #include "kiln/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -196,6 +197,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                        trace_s + compile_s + init_s, trace_s, compile_s, init_s, t->runner_->name()));
 
   t->data_ = SyntheticData::from_config(config);
+  t->log_period_ = std::max<int64_t>(1, config.get_int("log_period"));
   if (options.write_metrics_file) {
     std::string path = (std::filesystem::path(t->output_dir_) / "metrics.jsonl").string();
     KILN_RETURN_IF_ERROR(t->metrics_.open(path, config.get_int("log_period")));
@@ -242,6 +244,7 @@ Result<StepRecord> Trainer::run_step() {
     r.tflops_per_s_per_device = flops_.total_tflops() / r.step_time_s;
   }
   r.mfu = peak_tflops_ > 0 ? r.tflops_per_s_per_device / peak_tflops_ : 0.0;
+  if (step_ % log_period_ == 0) r.expert_load = runner_->expert_load();
 
   print(console_line(r));
   if (metrics_.is_open()) KILN_RETURN_IF_ERROR(metrics_.write(r));

@@ -85,6 +85,7 @@ class Trainer {
   TrainingFlops flops_;
   double tokens_per_device_ = 0;  // per step
   double peak_tflops_ = 1;
+  int64_t log_period_ = 1;  // steps between expert-load reports (and metric file flushes)
   bool abort_on_nan_ = true, abort_on_inf_ = true;
   std::string run_name_, output_dir_;
   JsonlWriter metrics_, extra_metrics_;  // metrics.jsonl and metrics_file
