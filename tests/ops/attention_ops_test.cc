@@ -7,7 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/check.h"
@@ -187,16 +191,12 @@ std::string kernel_program(const KernelCase& c) {
   return text;
 }
 
-class AttentionKernel : public ::testing::TestWithParam<KernelCase> {};
-
-TEST_P(AttentionKernel, EqualsReferenceForwardAndBackward) {
-  const KernelCase& c = GetParam();
-  auto module = ir::parse_module(kernel_program(c));
-  ASSERT_TRUE(module.ok()) << module.status().to_string();
-  ASSERT_TRUE(ops::verify(**module).ok()) << ops::verify(**module).to_string();
+// Random q, k, v, dout and dlse in [-2, 2], sinks in [0, 3], packed segment ids rising
+// along the sequence; dlse = 0 when `zero_dlse` (the gradient of sum(out * dout) alone).
+std::vector<ir::Literal> kernel_args(const ir::Module& module, bool zero_dlse = false) {
   std::mt19937_64 rng(21);
   std::vector<ir::Literal> args;
-  const ir::Computation& entry = *(*module)->entry();
+  const ir::Computation& entry = *module.entry();
   for (int i = 0; i < entry.num_params(); ++i) {
     const ir::Shape& s = entry.param(i)->shape();
     if (s.dtype() == ir::DType::kS32) {  // packed documents: ids rise along the sequence
@@ -212,6 +212,18 @@ TEST_P(AttentionKernel, EqualsReferenceForwardAndBackward) {
       args.push_back(testing::random_literal(s, rng, -2.0, 2.0));
     }
   }
+  if (zero_dlse) args.back() = ir::Literal(args.back().shape());
+  return args;
+}
+
+class AttentionKernel : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(AttentionKernel, EqualsReferenceForwardAndBackward) {
+  const KernelCase& c = GetParam();
+  auto module = ir::parse_module(kernel_program(c));
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  ASSERT_TRUE(ops::verify(**module).ok()) << ops::verify(**module).to_string();
+  std::vector<ir::Literal> args = kernel_args(**module);
   auto want = interp::run(**module, args);
   ASSERT_TRUE(want.ok()) << want.status().to_string();
   backend::CompileOptions options;
@@ -259,6 +271,59 @@ INSTANTIATE_TEST_SUITE_P(
         KernelCase{"non_causal_segments_odd_head_dim", 1, 90, 90, 2, 1, 7, false, true, true, 0},
         KernelCase{"bf16", 1, 130, 130, 4, 2, 64, true, true, false, 64, ir::DType::kBF16}),
     [](const auto& info) { return info.param.name; });
+
+// ---- against an independent PyTorch implementation (tests/reference/attention_ref.py) ----
+
+bool torch_available() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
+
+// Runs the kernels on `c` and writes inputs and results as JSON for attention_ref.py.
+std::string write_torch_case(const KernelCase& c) {
+  auto module = ir::parse_module(kernel_program(c));
+  KILN_CHECK_OK(module);
+  std::vector<ir::Literal> args = kernel_args(**module, /*zero_dlse=*/true);
+  backend::CompileOptions options;
+  options.cache_dir = ::testing::TempDir() + "kiln_attention_kernel_cache";
+  auto exe = backend::compile_cpu(**module, options);
+  KILN_CHECK_OK(exe);
+  std::vector<backend::Buffer> buffers;
+  for (const auto& a : args) buffers.push_back(backend::Buffer::from_literal(a));
+  auto got = (*exe)->run(buffers);
+  KILN_CHECK_OK(got);
+  nlohmann::json j;
+  j["name"] = c.name;
+  j["scale"] = 0.125;
+  j["causal"] = c.causal;
+  j["window"] = c.window;
+  std::vector<std::string> inputs = {"q", "k", "v"};
+  if (c.sinks) inputs.push_back("sinks");
+  if (c.segments) {
+    inputs.push_back("q_segment");
+    inputs.push_back("kv_segment");
+  }
+  inputs.push_back("dout");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    j[inputs[i]] = args[i].values();
+    j["shape_" + inputs[i]] = args[i].shape().dims();
+  }
+  const char* outputs[] = {"out", "lse", "dq", "dk", "dv", "dsinks"};
+  for (size_t i = 0; i < got->size(); ++i) j[std::string("kiln_") + outputs[i]] = (*got)[i].to_literal().values();
+  std::string path = ::testing::TempDir() + "kiln_attention_" + c.name + ".json";
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+// The gradients of sum(out * dout) (dlse = 0), f32 kernels vs float64 PyTorch autograd.
+TEST(AttentionVsTorch, OutputsAndGradientsMatch) {
+  if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 with torch (Debian python3-torch) is not installed";
+  std::string cmd = "/usr/bin/python3 " + std::string(KILN_SOURCE_DIR) + "/tests/reference/attention_ref.py";
+  for (const KernelCase& c : {KernelCase{"causal_sinks_gqa", 2, 150, 150, 4, 2, 32, true, true, false, 0},
+                              KernelCase{"sliding_window_packed", 2, 140, 140, 4, 2, 64, true, true, true, 50},
+                              KernelCase{"window_longer_than_sequence", 1, 100, 100, 2, 1, 64, true, true, false, 300},
+                              KernelCase{"non_causal_cross_no_sinks", 1, 70, 150, 3, 1, 16, false, false, false, 0}}) {
+    cmd += " " + write_torch_case(c);
+  }
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
 
 }  // namespace
 }  // namespace kiln
