@@ -1,14 +1,13 @@
-// Grouped (ragged) matmuls for MoE dispatch (ops/grouped_matmul_ops.cc), one oneDNN sgemm
-// per non-empty group on the group's row range, with the group sizes read at run time:
+// Grouped (ragged) matmuls for MoE dispatch (ops/grouped_matmul_ops.cc): oneDNN sgemm calls
+// on tiles of each non-empty group's row range, with the group sizes read at run time:
 //
 //   grouped_matmul:             out[rows of g] = x[rows of g] @ w[g]   (w[g]^T with transpose_rhs)
 //   grouped_matmul_weight_grad: out[g] = x[rows of g]^T @ dy[rows of g]
 //
 // Padding rows past the groups are zeroed, empty groups skipped (their weight gradient is
-// zero). Large groups let oneDNN thread each call; when the groups are small (many experts,
-// few tokens each) the calls are spread over the OpenMP threads instead, one group per
-// thread (oneDNN then runs single-threaded inside the parallel region). bf16 operands are
-// widened to f32 and the result rounded once, as gemm.cc does for dot_general.
+// zero). Each group's product is cut into tiles that one OpenMP loop hands to the threads
+// (oneDNN runs single-threaded inside the parallel region). bf16 operands are widened to
+// f32 and the result rounded once, as gemm.cc does for dot_general.
 #include <dnnl.h>
 
 #include <algorithm>
@@ -23,10 +22,6 @@ namespace kiln::backend::cpu {
 namespace {
 
 using ir::Instr;
-
-// Below this many multiply-adds per group (on average) one group per thread beats
-// threading inside each sgemm call.
-constexpr int64_t kSmallGroupMacs = int64_t{1} << 22;
 
 Buffer widen_f32(const Buffer& b) {
   if (b.shape().dtype() == ir::DType::kF32) return b;
@@ -70,15 +65,24 @@ void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, in
   KILN_CHECK(s == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(s);
 }
 
-// Runs fn(g) for every group: in parallel over groups when they are small, else in order.
+// One tile of work: rows [r0, r1) (gmm: output rows; tgmm: the contracted rows) of group
+// g, output columns [c0, c1) and, for tgmm, output rows [k0, k1).
+struct Tile {
+  int64_t g, r0, r1, c0, c1, k0, k1;
+};
+
+// Tiles are sized so that there are many more of them than threads (so one group holding
+// every row still keeps every thread busy) while each stays a sgemm large enough to run
+// near peak; all of them go to one OpenMP loop (one parallel region per kernel call, each
+// sgemm single-threaded inside it) instead of one threaded sgemm per group, whose start-up
+// and barrier per call dominate when there are many small groups.
+constexpr int64_t kTileRows = 256, kTileCols = 256;
+
 template <typename Fn>
-void for_groups(int64_t num_groups, int64_t macs, Fn&& fn) {
-  if (num_groups > 1 && macs / num_groups < kSmallGroupMacs) {
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t g = 0; g < num_groups; ++g) fn(g);
-  } else {
-    for (int64_t g = 0; g < num_groups; ++g) fn(g);
-  }
+void run_tiles(const std::vector<Tile>& tiles, Fn&& fn) {
+  const int64_t n = static_cast<int64_t>(tiles.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+  for (int64_t i = 0; i < n; ++i) fn(tiles[i]);
 }
 
 Kernel gmm_kernel(const Instr& instr) {
@@ -96,13 +100,20 @@ Kernel gmm_kernel(const Instr& instr) {
     int64_t used = groups.empty() ? 0 : groups.back().end;
     if (used < M) std::memset(Y + used * N, 0, sizeof(float) * (M - used) * N);  // padding rows
     if (K == 0) std::memset(Y, 0, sizeof(float) * used * N);
-    int64_t G = static_cast<int64_t>(groups.size());
     if (K > 0 && N > 0) {
-      for_groups(G, used * K * N, [&](int64_t g) {
-        int64_t rows = groups[g].end - groups[g].begin;
-        if (rows == 0) return;
-        const float* Wg = W + g * K * N;
-        sgemm('N', t ? 'T' : 'N', rows, N, K, X + groups[g].begin * K, K, Wg, t ? K : N, Y + groups[g].begin * N, N);
+      std::vector<Tile> tiles;
+      for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
+        for (int64_t r = groups[g].begin; r < groups[g].end; r += kTileRows) {
+          for (int64_t c = 0; c < N; c += kTileCols) {
+            tiles.push_back({g, r, std::min(r + kTileRows, groups[g].end), c, std::min(c + kTileCols, N), 0, 0});
+          }
+        }
+      }
+      run_tiles(tiles, [&](const Tile& tile) {
+        // w[g] is [K, N] (row stride N), or [N, K] with transpose_rhs (row stride K).
+        const float* Wg = W + tile.g * K * N + (t ? tile.c0 * K : tile.c0);
+        sgemm('N', t ? 'T' : 'N', tile.r1 - tile.r0, tile.c1 - tile.c0, K, X + tile.r0 * K, K, Wg, t ? K : N,
+              Y + tile.r0 * N + tile.c0, N);
       });
     }
     if (narrow_out) narrow_bf16(y_wide, out[0]);
@@ -120,16 +131,22 @@ Kernel tgmm_kernel(const Instr& instr) {
     bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
     Buffer o_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
     float* O = o_wide.as<float>();
-    int64_t G = static_cast<int64_t>(groups.size());
-    int64_t used = groups.empty() ? 0 : groups.back().end;
-    for_groups(G, used * K * N, [&](int64_t g) {
-      int64_t rows = groups[g].end - groups[g].begin;
-      float* Og = O + g * K * N;
-      if (rows == 0 || K == 0 || N == 0) {
-        std::fill(Og, Og + K * N, 0.0f);
-        return;
+    std::vector<Tile> tiles;
+    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
+      if (groups[g].end == groups[g].begin) {
+        std::fill(O + g * K * N, O + (g + 1) * K * N, 0.0f);  // an empty group's gradient is zero
+        continue;
       }
-      sgemm('T', 'N', K, N, rows, X + groups[g].begin * K, K, D + groups[g].begin * N, N, Og, N);
+      for (int64_t k = 0; k < K; k += kTileRows) {
+        for (int64_t c = 0; c < N; c += kTileCols) {
+          tiles.push_back({g, groups[g].begin, groups[g].end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
+        }
+      }
+    }
+    run_tiles(tiles, [&](const Tile& tile) {
+      // out[g][k0:k1, c0:c1] = x[rows, k0:k1]^T dy[rows, c0:c1]
+      sgemm('T', 'N', tile.k1 - tile.k0, tile.c1 - tile.c0, tile.r1 - tile.r0, X + tile.r0 * K + tile.k0, K,
+            D + tile.r0 * N + tile.c0, N, O + tile.g * K * N + tile.k0 * N + tile.c0, N);
     });
     if (narrow_out) narrow_bf16(o_wide, out[0]);
   };
