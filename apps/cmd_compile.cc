@@ -59,7 +59,11 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   j["fused_kernels"] = r.fused_kernels;
   j["unique_fused_kernels"] = r.unique_kernels;
   j["gemms"] = r.gemms;
-  j["attention_kernels"] = 0;   // fused attention is a later issue: attention runs as composite ops
+  int64_t attention_ops = 0;  // fused attention and its backward (attention=flash); 0 on the composite path
+  for (const auto& instr : entry.instructions()) {
+    attention_ops += instr->opcode() == ir::Opcode::kAttention || instr->opcode() == ir::Opcode::kAttentionGrad;
+  }
+  j["attention_kernels"] = attention_ops;
   j["grouped_matmuls"] = 0;     // the dropless grouped-matmul MoE is a later issue: MoE is dense
   j["library_kernels"] = r.library_kernels;
   j["fallback_kernels"] = r.fallback_kernels;
