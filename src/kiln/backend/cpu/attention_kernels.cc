@@ -20,6 +20,10 @@
 // the reference evaluation.
 #include <omp.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -51,6 +55,77 @@ inline float fast_exp(float x) {
   int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float r = p * std::bit_cast<float>(bits);
   return x < -87.0f ? 0.0f : r;
+}
+
+// Row operations on one 64-wide tile row (kBk entries).
+#if defined(__AVX512F__)
+inline __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.0f);
+  __m512 t = _mm512_mul_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(1.44269504088896341f));
+  __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147180559945309f));
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 r = _mm512_scalef_ps(p, n);
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), r);
+}
+#endif
+
+inline float row_max(const float* s) {
+#if defined(__AVX512F__)
+  static_assert(kBk == 64);
+  __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16)),
+                           _mm512_max_ps(_mm512_loadu_ps(s + 32), _mm512_loadu_ps(s + 48)));
+  return _mm512_reduce_max_ps(m);
+#else
+  float m = kNegInf;
+  for (int64_t c = 0; c < kBk; ++c) m = std::max(m, s[c]);
+  return m;
+#endif
+}
+
+// s[c] = exp(s[c] - m); returns the sum.
+inline float exp_row(float* s, float m) {
+#if defined(__AVX512F__)
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int c = 0; c < kBk; c += 16) {
+    __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + c), mv));
+    _mm512_storeu_ps(s + c, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  return _mm512_reduce_add_ps(sum);
+#else
+  float sum = 0;
+  for (int64_t c = 0; c < kBk; ++c) {
+    s[c] = fast_exp(s[c] - m);
+    sum += s[c];
+  }
+  return sum;
+#endif
+}
+
+// s[c] = p = exp(s[c] - lse); dp[c] = p (dp[c] - d).
+inline void exp_row_ds(float* s, float* dp, float lse, float d) {
+#if defined(__AVX512F__)
+  const __m512 lv = _mm512_set1_ps(lse), dv = _mm512_set1_ps(d);
+  for (int c = 0; c < kBk; c += 16) {
+    __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + c), lv));
+    _mm512_storeu_ps(s + c, p);
+    _mm512_storeu_ps(dp + c, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dp + c), dv)));
+  }
+#else
+  for (int64_t c = 0; c < kBk; ++c) {
+    const float p = fast_exp(s[c] - lse);
+    s[c] = p;
+    dp[c] = p * (dp[c] - d);
+  }
+#endif
 }
 
 inline float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
@@ -176,6 +251,212 @@ void mask_tile(const Geometry& g, const int32_t* qs, const int32_t* ks, int64_t 
   }
 }
 
+// k and v once per call in f32 tile layouts, so tiles read contiguous memory whatever the
+// operands' layout and dtype: kt/vt [B][K][blocks][Dh][kBk] (transposed, zero-padded) and
+// kr/vr [B][K][blocks * kBk][Dh]. Extra memory: a few copies of k and v (linear in S).
+struct KvPack {
+  int64_t blocks = 0;
+  std::vector<float> kt, vt, kr, vr;
+  const float* tile(const std::vector<float>& t, const Geometry& g, int64_t b, int64_t kh, int64_t jb) const {
+    return t.data() + ((b * g.K + kh) * blocks + jb) * g.Dh * kBk;
+  }
+};
+
+KvPack pack_kv(const Geometry& g, const View& k, const View& v, bool vt, bool kr, bool vr) {
+  KvPack p;
+  p.blocks = (g.S + kBk - 1) / kBk;
+  const int64_t dh = g.Dh, n = g.B * g.K * p.blocks * dh * kBk;
+  p.kt.resize(n);
+  if (vt) p.vt.resize(n);
+  if (kr) p.kr.resize(n);
+  if (vr) p.vr.resize(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < g.B * g.K * p.blocks; ++blk) {
+    const int64_t jb = blk % p.blocks, kh = (blk / p.blocks) % g.K, b = blk / (p.blocks * g.K);
+    const int64_t j0 = jb * kBk, nk = std::min(kBk, g.S - j0);
+    const int64_t src = ((b * g.S + j0) * g.K + kh) * dh, stride = g.K * dh, dst = blk * dh * kBk;
+    load_rows_transposed(k, src, stride, nk, dh, p.kt.data() + dst);
+    if (vt) load_rows_transposed(v, src, stride, nk, dh, p.vt.data() + dst);
+    auto rows = [&](const View& x, std::vector<float>& out) {
+      std::fill(out.data() + dst, out.data() + dst + dh * kBk, 0.0f);
+      load_rows(x, src, stride, nk, dh, out.data() + dst);
+    };
+    if (kr) rows(k, p.kr);
+    if (vr) rows(v, p.vr);
+  }
+  return p;
+}
+
+// acc[0, Dh) = alpha * acc + sum_c w[c] rows[c] (rows [n][Dh]); the accumulator stays in
+// registers when Dh is a compile-time constant.
+template <int DH>
+inline void accumulate_row(const float* w, const float* rows, int64_t n, int64_t dh_runtime, float alpha, float* acc) {
+  if constexpr (DH > 0) {
+    float a[DH];
+#pragma omp simd
+    for (int e = 0; e < DH; ++e) a[e] = acc[e] * alpha;
+    for (int64_t c = 0; c < n; ++c) {
+      const float wc = w[c];
+      const float* r = rows + c * DH;
+#pragma omp simd
+      for (int e = 0; e < DH; ++e) a[e] += wc * r[e];
+    }
+#pragma omp simd
+    for (int e = 0; e < DH; ++e) acc[e] = a[e];
+  } else {
+    for (int64_t e = 0; e < dh_runtime; ++e) acc[e] *= alpha;
+    for (int64_t c = 0; c < n; ++c) {
+      const float wc = w[c];
+      const float* r = rows + c * dh_runtime;
+      for (int64_t e = 0; e < dh_runtime; ++e) acc[e] += wc * r[e];
+    }
+  }
+}
+
+// For each key c of a tile: dk[c] += sum_r ds[r][c] q[r], dv[c] += sum_r p[r][c] dout[r]
+// (p and ds are [nq][kBk]; q and dout [nq][Dh]).
+template <int DH>
+inline void accumulate_kv_grads(const float* p, const float* ds, const float* q, const float* dout, int64_t nq,
+                                int64_t nk, int64_t dh_runtime, float* dk, float* dv) {
+  const int64_t dh = DH > 0 ? DH : dh_runtime;
+  for (int64_t c = 0; c < nk; ++c) {
+    float a[DH > 0 ? DH : 1], bsum[DH > 0 ? DH : 1];
+    if constexpr (DH > 0) {
+#pragma omp simd
+      for (int e = 0; e < DH; ++e) a[e] = bsum[e] = 0.0f;
+      for (int64_t r = 0; r < nq; ++r) {
+        const float pr = p[r * kBk + c], dr = ds[r * kBk + c];
+        const float* qr = q + r * DH;
+        const float* gr = dout + r * DH;
+#pragma omp simd
+        for (int e = 0; e < DH; ++e) {
+          a[e] += dr * qr[e];
+          bsum[e] += pr * gr[e];
+        }
+      }
+#pragma omp simd
+      for (int e = 0; e < DH; ++e) {
+        dk[c * DH + e] += a[e];
+        dv[c * DH + e] += bsum[e];
+      }
+    } else {
+      for (int64_t r = 0; r < nq; ++r) {
+        const float pr = p[r * kBk + c], dr = ds[r * kBk + c];
+        for (int64_t e = 0; e < dh; ++e) {
+          dk[c * dh + e] += dr * q[r * dh + e];
+          dv[c * dh + e] += pr * dout[r * dh + e];
+        }
+      }
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+// Dh = 64 with the accumulators in registers (4 vectors per row).
+template <>
+inline void accumulate_row<64>(const float* w, const float* rows, int64_t n, int64_t, float alpha, float* acc) {
+  const __m512 al = _mm512_set1_ps(alpha);
+  __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(acc), al), a1 = _mm512_mul_ps(_mm512_loadu_ps(acc + 16), al);
+  __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(acc + 32), al), a3 = _mm512_mul_ps(_mm512_loadu_ps(acc + 48), al);
+  for (int64_t c = 0; c < n; ++c) {
+    const __m512 wc = _mm512_set1_ps(w[c]);
+    const float* r = rows + c * 64;
+    a0 = _mm512_fmadd_ps(wc, _mm512_loadu_ps(r), a0);
+    a1 = _mm512_fmadd_ps(wc, _mm512_loadu_ps(r + 16), a1);
+    a2 = _mm512_fmadd_ps(wc, _mm512_loadu_ps(r + 32), a2);
+    a3 = _mm512_fmadd_ps(wc, _mm512_loadu_ps(r + 48), a3);
+  }
+  _mm512_storeu_ps(acc, a0);
+  _mm512_storeu_ps(acc + 16, a1);
+  _mm512_storeu_ps(acc + 32, a2);
+  _mm512_storeu_ps(acc + 48, a3);
+}
+
+template <>
+inline void accumulate_kv_grads<64>(const float* p, const float* ds, const float* q, const float* dout, int64_t nq,
+                                    int64_t nk, int64_t, float* dk, float* dv) {
+  for (int64_t c = 0; c < nk; ++c) {
+    __m512 k0 = _mm512_setzero_ps(), k1 = k0, k2 = k0, k3 = k0, v0 = k0, v1 = k0, v2 = k0, v3 = k0;
+    for (int64_t r = 0; r < nq; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[r * kBk + c]), dr = _mm512_set1_ps(ds[r * kBk + c]);
+      const float* qr = q + r * 64;
+      const float* gr = dout + r * 64;
+      k0 = _mm512_fmadd_ps(dr, _mm512_loadu_ps(qr), k0);
+      k1 = _mm512_fmadd_ps(dr, _mm512_loadu_ps(qr + 16), k1);
+      k2 = _mm512_fmadd_ps(dr, _mm512_loadu_ps(qr + 32), k2);
+      k3 = _mm512_fmadd_ps(dr, _mm512_loadu_ps(qr + 48), k3);
+      v0 = _mm512_fmadd_ps(pr, _mm512_loadu_ps(gr), v0);
+      v1 = _mm512_fmadd_ps(pr, _mm512_loadu_ps(gr + 16), v1);
+      v2 = _mm512_fmadd_ps(pr, _mm512_loadu_ps(gr + 32), v2);
+      v3 = _mm512_fmadd_ps(pr, _mm512_loadu_ps(gr + 48), v3);
+    }
+    float* kc = dk + c * 64;
+    float* vc = dv + c * 64;
+    _mm512_storeu_ps(kc, _mm512_add_ps(_mm512_loadu_ps(kc), k0));
+    _mm512_storeu_ps(kc + 16, _mm512_add_ps(_mm512_loadu_ps(kc + 16), k1));
+    _mm512_storeu_ps(kc + 32, _mm512_add_ps(_mm512_loadu_ps(kc + 32), k2));
+    _mm512_storeu_ps(kc + 48, _mm512_add_ps(_mm512_loadu_ps(kc + 48), k3));
+    _mm512_storeu_ps(vc, _mm512_add_ps(_mm512_loadu_ps(vc), v0));
+    _mm512_storeu_ps(vc + 16, _mm512_add_ps(_mm512_loadu_ps(vc + 16), v1));
+    _mm512_storeu_ps(vc + 32, _mm512_add_ps(_mm512_loadu_ps(vc + 32), v2));
+    _mm512_storeu_ps(vc + 48, _mm512_add_ps(_mm512_loadu_ps(vc + 48), v3));
+  }
+}
+
+// Two query rows at a time share each loaded key column vector (8 accumulators).
+template <>
+void tile_logits<64>(const float* q, const float* kt, int64_t nq, int64_t, float mul, float* s) {
+  const __m512 m = _mm512_set1_ps(mul);
+  int64_t r = 0;
+  for (; r + 2 <= nq; r += 2) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    const float* q0 = q + r * 64;
+    const float* q1 = q0 + 64;
+    for (int e = 0; e < 64; ++e) {
+      const float* k = kt + e * kBk;
+      const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16), k2 = _mm512_loadu_ps(k + 32),
+                   k3 = _mm512_loadu_ps(k + 48);
+      const __m512 x = _mm512_set1_ps(q0[e]), y = _mm512_set1_ps(q1[e]);
+      a0 = _mm512_fmadd_ps(x, k0, a0);
+      a1 = _mm512_fmadd_ps(x, k1, a1);
+      a2 = _mm512_fmadd_ps(x, k2, a2);
+      a3 = _mm512_fmadd_ps(x, k3, a3);
+      b0 = _mm512_fmadd_ps(y, k0, b0);
+      b1 = _mm512_fmadd_ps(y, k1, b1);
+      b2 = _mm512_fmadd_ps(y, k2, b2);
+      b3 = _mm512_fmadd_ps(y, k3, b3);
+    }
+    float* s0 = s + r * kBk;
+    float* s1 = s0 + kBk;
+    _mm512_storeu_ps(s0, _mm512_mul_ps(a0, m));
+    _mm512_storeu_ps(s0 + 16, _mm512_mul_ps(a1, m));
+    _mm512_storeu_ps(s0 + 32, _mm512_mul_ps(a2, m));
+    _mm512_storeu_ps(s0 + 48, _mm512_mul_ps(a3, m));
+    _mm512_storeu_ps(s1, _mm512_mul_ps(b0, m));
+    _mm512_storeu_ps(s1 + 16, _mm512_mul_ps(b1, m));
+    _mm512_storeu_ps(s1 + 32, _mm512_mul_ps(b2, m));
+    _mm512_storeu_ps(s1 + 48, _mm512_mul_ps(b3, m));
+  }
+  for (; r < nq; ++r) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const float* q0 = q + r * 64;
+    for (int e = 0; e < 64; ++e) {
+      const float* k = kt + e * kBk;
+      const __m512 x = _mm512_set1_ps(q0[e]);
+      a0 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k), a0);
+      a1 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k + 16), a1);
+      a2 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k + 32), a2);
+      a3 = _mm512_fmadd_ps(x, _mm512_loadu_ps(k + 48), a3);
+    }
+    float* s0 = s + r * kBk;
+    _mm512_storeu_ps(s0, _mm512_mul_ps(a0, m));
+    _mm512_storeu_ps(s0 + 16, _mm512_mul_ps(a1, m));
+    _mm512_storeu_ps(s0 + 32, _mm512_mul_ps(a2, m));
+    _mm512_storeu_ps(s0 + 48, _mm512_mul_ps(a3, m));
+  }
+}
+#endif
+
 // ---- forward ----
 
 template <int DH>
@@ -188,9 +469,10 @@ void forward(const Geometry& g, std::span<const Value* const> in, Buffer& out, B
   const int64_t qblocks = (g.T + kBq - 1) / kBq;
   const int64_t tasks = g.B * g.H * qblocks;
   float* lse_out = lse.as<float>();
+  const KvPack pack = pack_kv(g, k, v, false, false, true);
 #pragma omp parallel
   {
-    std::vector<float> qt(kBq * dh), kt(dh * kBk), vt(kBk * dh), s(kBq * kBk), acc(kBq * dh), m(kBq), l(kBq);
+    std::vector<float> qt(kBq * dh), s(kBq * kBk), acc(kBq * dh), m(kBq), l(kBq);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t qb = task % qblocks, h = (task / qblocks) % g.H, b = task / (qblocks * g.H);
@@ -206,37 +488,20 @@ void forward(const Geometry& g, std::span<const Value* const> in, Buffer& out, B
       auto [jlo, jhi] = g.key_range(i0, i0 + nq);
       for (int64_t j0 = jlo - jlo % kBk; j0 < jhi; j0 += kBk) {
         const int64_t nk = std::min(kBk, g.S - j0);
-        const int64_t kv_off = ((b * g.S + j0) * g.K + kh) * dh;
-        load_rows_transposed(k, kv_off, g.K * dh, nk, dh, kt.data());
-        load_rows(v, kv_off, g.K * dh, nk, dh, vt.data());
-        tile_logits<DH>(qt.data(), kt.data(), nq, dh, 1.0f, s.data());
+        const float* kt = pack.tile(pack.kt, g, b, kh, j0 / kBk);
+        const float* vr = pack.tile(pack.vr, g, b, kh, j0 / kBk);
+        tile_logits<DH>(qt.data(), kt, nq, dh, 1.0f, s.data());
         bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
         if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
         for (int64_t r = 0; r < nq; ++r) {
           float* sr = s.data() + r * kBk;
-          float mx = kNegInf;
-          for (int64_t c = 0; c < kBk; ++c) mx = std::max(mx, sr[c]);
-          const float m_new = std::max(m[r], mx);
+          const float m_new = std::max(m[r], row_max(sr));
           if (m_new == kNegInf) continue;  // nothing visible yet
           const float alpha = fast_exp(m[r] - m_new);
-          float sum = 0;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t c = 0; c < kBk; ++c) {
-            float p = fast_exp(sr[c] - m_new);
-            sr[c] = p;
-            sum += p;
-          }
+          const float sum = exp_row(sr, m_new);
           l[r] = l[r] * alpha + sum;
           m[r] = m_new;
-          float* ar = acc.data() + r * dh;
-#pragma omp simd
-          for (int64_t e = 0; e < dh; ++e) ar[e] *= alpha;
-          for (int64_t c = 0; c < nk; ++c) {
-            const float p = sr[c];
-            const float* vr = vt.data() + c * dh;
-#pragma omp simd
-            for (int64_t e = 0; e < dh; ++e) ar[e] += p * vr[e];
-          }
+          accumulate_row<DH>(sr, vr, nk, dh, alpha, acc.data() + r * dh);
         }
       }
       for (int64_t r = 0; r < nq; ++r) {
@@ -282,12 +547,13 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
   const int threads = omp_get_max_threads();
   const int64_t kv_elems = g.B * g.K * g.S * dh;
   std::vector<float> dk_acc(threads * kv_elems, 0.0f), dv_acc(threads * kv_elems, 0.0f);
+  const KvPack pack = pack_kv(g, k, v, true, true, false);
 #pragma omp parallel num_threads(threads)
   {
     float* dka = dk_acc.data() + omp_get_thread_num() * kv_elems;
     float* dva = dv_acc.data() + omp_get_thread_num() * kv_elems;
     std::vector<float> qf(g.T * dh), dof(g.T * dh), dqa(g.T * dh), dvec(g.T), lrow(g.T);
-    std::vector<float> kt(dh * kBk), vt(dh * kBk), kr(kBk * dh), s(kBq * kBk), dp(kBq * kBk);
+    std::vector<float> s(kBq * kBk), dp(kBq * kBk);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t h = task % g.H, b = task / g.H, kh = h / g.G;
@@ -311,49 +577,28 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
         const int64_t nk = std::min(kBk, g.S - j0);
         auto [ilo, ihi] = g.query_range(j0, j0 + nk);
         if (ilo >= ihi) continue;
-        const int64_t kv_off = ((b * g.S + j0) * g.K + kh) * dh;
-        load_rows_transposed(k, kv_off, g.K * dh, nk, dh, kt.data());
-        load_rows_transposed(v, kv_off, g.K * dh, nk, dh, vt.data());
-        load_rows(k, kv_off, g.K * dh, nk, dh, kr.data());
+        const float* kt = pack.tile(pack.kt, g, b, kh, j0 / kBk);
+        const float* vt = pack.tile(pack.vt, g, b, kh, j0 / kBk);
+        const float* kr = pack.tile(pack.kr, g, b, kh, j0 / kBk);
         float* dkb = dka + ((b * g.K + kh) * g.S + j0) * dh;
         float* dvb = dva + ((b * g.K + kh) * g.S + j0) * dh;
         for (int64_t i0 = ilo - ilo % kBq; i0 < ihi; i0 += kBq) {
           const int64_t nq = std::min(kBq, g.T - i0);
           const float* qb = qf.data() + i0 * dh;
           const float* dob = dof.data() + i0 * dh;
-          tile_logits<DH>(qb, kt.data(), nq, dh, g.scale, s.data());
+          tile_logits<DH>(qb, kt, nq, dh, g.scale, s.data());
           bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
           if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
-          tile_logits<DH>(dob, vt.data(), nq, dh, 1.0f, dp.data());
+          tile_logits<DH>(dob, vt, nq, dh, 1.0f, dp.data());
           for (int64_t r = 0; r < nq; ++r) {
-            const float lr = lrow[i0 + r];
-            if (lr == kNegInf) continue;  // a row that sees nothing
+            const float lr = lrow[i0 + r] == kNegInf ? std::numeric_limits<float>::infinity() : lrow[i0 + r];
             float* sr = s.data() + r * kBk;
             float* dpr = dp.data() + r * kBk;
             const float dr = dvec[i0 + r];
-#pragma omp simd
-            for (int64_t c = 0; c < kBk; ++c) {
-              const float p = fast_exp(sr[c] - lr);
-              sr[c] = p;                     // p
-              dpr[c] = p * (dpr[c] - dr);    // ds (without the scale)
-            }
-            const float* __restrict qr = qb + r * dh;
-            const float* __restrict dor = dob + r * dh;
-            float* __restrict dqr = dqa.data() + (i0 + r) * dh;
-            for (int64_t c = 0; c < nk; ++c) {
-              const float p = sr[c], ds = dpr[c];
-              if (p == 0.0f) continue;
-              const float* __restrict kc = kr.data() + c * dh;
-              float* __restrict dkc = dkb + c * dh;
-              float* __restrict dvc = dvb + c * dh;
-#pragma omp simd
-              for (int64_t e = 0; e < dh; ++e) {
-                dvc[e] += p * dor[e];
-                dkc[e] += ds * qr[e];
-                dqr[e] += ds * kc[e];
-              }
-            }
+            exp_row_ds(sr, dpr, lr, dr);  // p (0 where masked or the row sees nothing), ds without the scale
+            accumulate_row<DH>(dpr, kr, nk, dh, 1.0f, dqa.data() + (i0 + r) * dh);
           }
+          accumulate_kv_grads<DH>(s.data(), dp.data(), qb, dob, nq, nk, dh, dkb, dvb);
         }
       }
       for (int64_t i = 0; i < g.T; ++i) {
