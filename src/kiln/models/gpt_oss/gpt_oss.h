@@ -52,7 +52,7 @@
 //
 // Keys read but not (yet) changing the program: scan_layers (layers are unrolled, each with
 // its own parameters), megablox (one grouped-matmul kernel serves both of MaxText's
-// choices), attention (always dot-product), float32_qk_product / float32_logits (the
+// choices), float32_qk_product / float32_logits (the
 // softmax is always float32), inhomogeneous_layer_cycle_interval (the sliding/full
 // alternation is GPT-OSS's). Keys that would change the math but are not implemented
 // (attn_logits_soft_cap, fused_qkv, dropout, rope_type llama3.1) are errors.
