@@ -1,5 +1,5 @@
 # Kiln's entry points. Every target installs what is missing first (scripts/setup.sh).
-#   make run     set up, build, then run `build/kiln config $(RUN_ARGS)`
+#   make run     set up, build, then train gpt-oss-tiny for 20 steps on a reused synthetic batch
 #   make test    set up, build, run every test (ctest)
 #   make build   set up and build only
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
