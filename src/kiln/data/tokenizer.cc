@@ -1,0 +1,32 @@
+#include "kiln/data/tokenizer.h"
+
+namespace kiln::data {
+
+std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+  return ids;
+}
+
+Result<std::string> ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string text;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size()) {
+      return invalid_argument("token id {} is outside the bytes tokenizer's vocabulary [0, {})", id, vocab_size());
+    }
+    if (id < 256) text.push_back(static_cast<char>(id));
+  }
+  return text;
+}
+
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path) {
+  if (type == "bytes") return std::unique_ptr<Tokenizer>(new ByteTokenizer());
+  if (type == "sentencepiece" || type == "tiktoken" || type == "huggingface") {
+    return unimplemented(
+        "tokenizer_type={} (tokenizer_path={}) is not built yet; use tokenizer_type=bytes (UTF-8 bytes, vocab 258)",
+        type, path.empty() ? "\"\"" : path);
+  }
+  return invalid_argument("tokenizer_type={}: unknown; accepted: bytes (sentencepiece and tiktoken are planned)", type);
+}
+
+}  // namespace kiln::data
