@@ -6,10 +6,11 @@
 //      compiled by the CPU backend: sparse dispatch (sort, gather, grouped matmuls,
 //      scatter_add) vs dense one-hot dispatch (every expert on every token), 8/16/32
 //      experts, top-2/top-4.
-// Prints a table of medians and ratios after the Google Benchmark output.
+// The programs compared run alternately within each iteration (the machine is shared and
+// noisy); a table of medians and ratios follows the Google Benchmark output.
 //
 //   build-bench/bench/moe_bench                      (all)
-//   build-bench/bench/moe_bench --benchmark_filter=gmm
+//   build-bench/bench/moe_bench --benchmark_filter=gmm_vs_sgemm
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -60,22 +61,40 @@ std::unique_ptr<backend::Executable> compile(const ir::Module& m) {
   return std::move(*exe);
 }
 
-// Times exe on args; records the median of the iterations under `name`.
-void time_runs(benchmark::State& state, backend::Executable& exe, const std::vector<Buffer>& args,
-               const std::string& name, double flops) {
-  std::vector<double> times;
+double seconds_of(backend::Executable& exe, const std::vector<Buffer>& args) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto out = exe.run(args);
+  KILN_CHECK_OK(out);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The machine is shared and its load changes from second to second, so the programs being
+// compared run alternately, one after the other in every iteration, and each gets the
+// median of its times (recorded under its name). The iteration time is the first's.
+struct Contender {
+  std::string name;
+  backend::Executable* exe;
+  const std::vector<Buffer>* args;
+  double flops;
+};
+
+void run_alternately(benchmark::State& state, const std::vector<Contender>& contenders) {
+  for (const Contender& c : contenders) seconds_of(*c.exe, *c.args);  // warm-up (pools, caches)
+  std::vector<std::vector<double>> times(contenders.size());
   for (auto _ : state) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto out = exe.run(args);
-    KILN_CHECK_OK(out);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s);
-    times.push_back(s);
+    for (size_t i = 0; i < contenders.size(); ++i) times[i].push_back(seconds_of(*contenders[i].exe, *contenders[i].args));
+    state.SetIterationTime(times[0].back());
   }
-  std::sort(times.begin(), times.end());
-  double median = times[times.size() / 2];
-  results()[name] = median;
-  if (flops > 0) state.counters["GFLOP/s"] = flops / median * 1e-9;
+  for (size_t i = 0; i < contenders.size(); ++i) {
+    double m = median(times[i]);
+    results()[contenders[i].name] = m;
+    state.counters[contenders[i].name.substr(0, contenders[i].name.find('/')) + "_GFLOP/s"] = contenders[i].flops / m * 1e-9;
+  }
 }
 
 // ---- 1. grouped matmul vs one sgemm ----
@@ -95,9 +114,14 @@ std::vector<int32_t> balanced_random_sizes(int64_t tokens, int64_t e, int64_t k,
   return sizes;
 }
 
+struct Program {
+  std::unique_ptr<backend::Executable> exe;
+  std::vector<Buffer> args;
+};
+
 // kind: 0 = grouped_matmul x[M,K] w[E,K,N], 1 = grouped_matmul_weight_grad x[M,K] dy[M,N],
 // 2 = one dot_general [M,K] x [K,N].
-void bm_gmm(benchmark::State& state, int kind, int64_t e, int64_t k) {
+Program gmm_program(int kind, int64_t e, int64_t k) {
   const int64_t m = kTokens * k;
   frontend::Graph g("gmm");
   ops::Builder& b = g.builder();
@@ -121,10 +145,16 @@ void bm_gmm(benchmark::State& state, int kind, int64_t e, int64_t k) {
     args = {random_buffer(x.shape(), rng, 1.0), random_buffer(rhs.shape(), rng, 0.05), s};
   }
   auto module = g.release();
-  auto exe = compile(*module);
-  static const char* kKinds[] = {"gmm", "tgmm", "sgemm"};
-  time_runs(state, *exe, args, std::string(kKinds[kind]) + "/E" + std::to_string(e) + "/k" + std::to_string(k),
-            2.0 * static_cast<double>(m) * kD * kI);
+  return {compile(*module), std::move(args)};
+}
+
+void bm_gmm(benchmark::State& state, int64_t e, int64_t k) {
+  std::string tag = "/E" + std::to_string(e) + "/k" + std::to_string(k);
+  double flops = 2.0 * static_cast<double>(kTokens * k) * kD * kI;
+  Program gmm = gmm_program(0, e, k), tgmm = gmm_program(1, e, k), sgemm = gmm_program(2, e, k);
+  run_alternately(state, {{"gmm" + tag, gmm.exe.get(), &gmm.args, flops},
+                          {"tgmm" + tag, tgmm.exe.get(), &tgmm.args, flops},
+                          {"sgemm" + tag, sgemm.exe.get(), &sgemm.args, flops}});
 }
 
 // ---- 2. MoE layer forward + backward ----
@@ -155,7 +185,7 @@ std::unique_ptr<models::gpt_oss::GptOss> moe_model(int64_t e, int64_t k, bool sp
   return std::make_unique<models::gpt_oss::GptOss>(*c);
 }
 
-void bm_moe_layer(benchmark::State& state, int64_t e, int64_t k, bool sparse) {
+Program moe_layer_program(int64_t e, int64_t k, bool sparse) {
   auto model = moe_model(e, k, sparse);
   frontend::Graph g("moe_layer");
   std::vector<Tensor> params;
@@ -181,32 +211,31 @@ void bm_moe_layer(benchmark::State& state, int64_t e, int64_t k, bool sparse) {
   for (const auto& p : model->params()) args.push_back(random_buffer(p.shape, rng, 0.05));
   args.push_back(random_buffer(x.shape(), rng, 1.0));
   args.push_back(random_buffer(r.shape(), rng, 1.0));
+  return {std::move(exe), std::move(args)};
+}
+
+void bm_moe_layer(benchmark::State& state, int64_t e, int64_t k) {
+  std::string tag = "/E" + std::to_string(e) + "/k" + std::to_string(k);
   // Useful FLOPs: 3 expert matmuls per routed pair, forward + 2 backward products each.
   double flops = 3.0 * 2.0 * kLayerB * kLayerT * k * kLayerD * kLayerI * 3.0;
-  time_runs(state, *exe, args,
-            std::string(sparse ? "sparse" : "dense") + "/E" + std::to_string(e) + "/k" + std::to_string(k), flops);
-  state.counters["fallback_kernels"] = static_cast<double>(exe->report().fallback_kernels);
+  Program sparse = moe_layer_program(e, k, true), dense = moe_layer_program(e, k, false);
+  run_alternately(state, {{"sparse" + tag, sparse.exe.get(), &sparse.args, flops},
+                          {"dense" + tag, dense.exe.get(), &dense.args, flops}});
 }
 
 void register_all() {
   for (int64_t e : {8, 16, 32}) {
     for (int64_t k : {2, 4}) {
       std::string tag = "/E" + std::to_string(e) + "/k" + std::to_string(k);
-      for (int kind : {0, 1, 2}) {
-        static const char* kKinds[] = {"gmm", "tgmm", "sgemm"};
-        benchmark::RegisterBenchmark((std::string(kKinds[kind]) + tag).c_str(),
-                                     [=](benchmark::State& s) { bm_gmm(s, kind, e, k); })
-            ->UseManualTime()
-            ->Iterations(7)
-            ->Unit(benchmark::kMillisecond);
-      }
-      for (bool sparse : {true, false}) {
-        benchmark::RegisterBenchmark((std::string(sparse ? "moe_layer_sparse" : "moe_layer_dense") + tag).c_str(),
-                                     [=](benchmark::State& s) { bm_moe_layer(s, e, k, sparse); })
-            ->UseManualTime()
-            ->Iterations(sparse ? 5 : 3)
-            ->Unit(benchmark::kMillisecond);
-      }
+      benchmark::RegisterBenchmark(("gmm_vs_sgemm" + tag).c_str(), [=](benchmark::State& s) { bm_gmm(s, e, k); })
+          ->UseManualTime()
+          ->Iterations(9)
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("moe_layer_sparse_vs_dense" + tag).c_str(),
+                                   [=](benchmark::State& s) { bm_moe_layer(s, e, k); })
+          ->UseManualTime()
+          ->Iterations(3)
+          ->Unit(benchmark::kMillisecond);
     }
   }
 }
