@@ -1,6 +1,7 @@
 // fusion: a group of ops outlined into a computation (calls={@body}) whose parameters are
 // the fusion's operands. kind=loop: elementwise ops over the result's dims (with scalar
-// operands broadcast). Its value is the body's root, so the reference evaluation simply
+// operands broadcast); kind=input: the same over a reduction's input dims, ending in the
+// reduction. Its value is the body's root, so the reference evaluation simply
 // evaluates the body; backends generate one kernel from it.
 #include <unordered_map>
 
@@ -43,8 +44,10 @@ Cost fusion_cost(const Instr& instr) {
 }
 
 std::vector<std::vector<int>> fusion_dim_map(const Instr& instr) {
-  // Loop fusions read full-rank operands at the result's index, scalars everywhere.
+  // Loop fusions read full-rank operands at the result's index, scalars everywhere; input
+  // fusions are left unmapped (conservative).
   std::vector<std::vector<int>> out = internal::empty_dim_map(instr);
+  if (instr.attrs().get_string("kind") != "loop") return out;
   for (int i = 0; i < instr.num_operands(); ++i) {
     if (instr.operand(i)->shape().dims() == instr.shape().dims()) {
       for (size_t d = 0; d < out[i].size(); ++d) out[i][d] = static_cast<int>(d);
@@ -59,10 +62,10 @@ void register_fusion_ops(OpTable& table) {
   OpDef d;
   d.opcode = Opcode::kFusion;
   d.max_operands = -1;
-  d.attrs = {{"kind", AttrKind::kString, true, {"loop"}}};
+  d.attrs = {{"kind", AttrKind::kString, true, {"loop", "input"}}};
   d.infer = [](const InferContext& c) -> Result<Shape> {
     KILN_ASSIGN_OR_RETURN(Shape s, internal::require_declared(c, "fusion"));
-    if (s.is_tuple()) return invalid_argument("a loop fusion produces one array, not {}", s.to_string());
+    if (s.is_tuple()) return invalid_argument("a fusion produces one array, not {}", s.to_string());
     return s;
   };
   d.eval = eval_fusion;
@@ -83,6 +86,21 @@ ENTRY computation @main {
   %x = f32[2,3] parameter(), index=0
   %y = f32[] parameter(), index=1
   ROOT %f = f32[2,3] fusion(%x, %y), kind=loop, calls={@fused.0}
+}
+)"},
+                {R"(module @example
+
+computation @fused.1 {
+  %a = f32[2,3,4] parameter(), index=0
+  %b = f32[2,3,4] parameter(), index=1
+  %m = f32[2,3,4] mul(%a, %b)
+  ROOT %r = f32[2,4] reduce_sum(%m), dims={1}
+}
+
+ENTRY computation @main {
+  %x = f32[2,3,4] parameter(), index=0
+  %y = f32[2,3,4] parameter(), index=1
+  ROOT %f = f32[2,4] fusion(%x, %y), kind=input, calls={@fused.1}
 }
 )"}};
   table.add(std::move(d));

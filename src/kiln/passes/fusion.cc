@@ -23,14 +23,32 @@ bool is_scalar_broadcast(const Instr* i) {
   return i->opcode() == Opcode::kBroadcast && i->operand(0)->shape().rank() == 0;
 }
 
+// A reduction that can end an input fusion: floating point, over one contiguous block of
+// dimensions (so the generated loop reads its input as [outer, reduced, inner] in place).
+bool is_fusible_reduce(const Instr* i) {
+  if (i->opcode() != Opcode::kReduceSum && i->opcode() != Opcode::kReduceMax && i->opcode() != Opcode::kReduceMin) {
+    return false;
+  }
+  ir::DType d = i->shape().dtype();
+  if (d != ir::DType::kF32 && d != ir::DType::kF64) return false;
+  std::vector<int64_t> dims = i->attrs().get_ints("dims");
+  std::sort(dims.begin(), dims.end());
+  return !dims.empty() && dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+}
+
 struct Group {
   Instr* root;
   std::vector<Instr*> members;  // program order once sorted
+  const char* kind = "loop";    // "input": the root is a reduction of the loop's values
 };
 
 Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
            const std::unordered_map<const Instr*, size_t>& position, bool single_op) {
   Group g{root, {root}};
+  // The loop runs over the root's dims, or over its input's dims for a reduction.
+  const std::vector<int64_t>& loop_dims =
+      is_elementwise(root) ? root->shape().dims() : root->operand(0)->shape().dims();
+  if (!is_elementwise(root)) g.kind = "input";
   std::unordered_set<const Instr*> in_group = {root};
   std::vector<Instr*> work = {root};
   while (!work.empty()) {
@@ -44,7 +62,7 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
         continue;
       }
       if (single_op || !is_elementwise(o) || taken.count(o)) continue;
-      if (o->shape().dims() != root->shape().dims()) {
+      if (o->shape().dims() != loop_dims) {
         KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": other dims";
         continue;
       }
@@ -86,7 +104,7 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
     inside[m] = copy;
   }
   body->set_root(inside.at(g.root));
-  Instr* fusion = comp.add(Opcode::kFusion, g.root->shape(), inputs, {{"kind", std::string("loop")}});
+  Instr* fusion = comp.add(Opcode::kFusion, g.root->shape(), inputs, {{"kind", std::string(g.kind)}});
   fusion->set_called({body});
   fusion->mutable_meta().name = g.root->meta().name;
   fusion->mutable_meta().loc = g.root->meta().loc;
@@ -118,8 +136,11 @@ Result<bool> FusionPass::run(ir::Module& module) {
   std::vector<Group> groups;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Instr* instr = *it;
-    if (!is_elementwise(instr) || taken.count(instr)) continue;
+    if (taken.count(instr)) continue;
+    bool reduce_root = !single_ops_ && is_fusible_reduce(instr);
+    if (!is_elementwise(instr) && !reduce_root) continue;
     Group g = grow(instr, taken, position, single_ops_);
+    if (reduce_root && g.members.size() == 1) continue;  // nothing to fuse into it: a native reduction
     for (Instr* m : g.members) {
       if (!is_scalar_broadcast(m)) taken.insert(m);
     }

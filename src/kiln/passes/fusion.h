@@ -1,4 +1,5 @@
-// FusionPass ("fusion"): groups elementwise ops into loop fusions, each outlined into a
+// FusionPass ("fusion"): groups elementwise ops into loop fusions, and reductions with the
+// elementwise ops that feed them into input fusions, each outlined into a
 // computation that a backend turns into one generated kernel, so intermediate values never
 // travel through memory. Runs after gradients are built and after simplification/CSE (so it
 // sees the final graph) and before scheduling and buffer assignment.
@@ -9,8 +10,12 @@
 // elementwise op ends up in some fusion (alone if nothing joins it). Each decision not to
 // fuse logs its reason at KILN_VLOG(2) ("fusion: %a not into %b: used outside the group").
 //
-// Not yet: reductions with their elementwise prologue/epilogue (input fusions), fusing
-// transposes and non-scalar broadcasts (index maps), multi-output fusions. See docs.
+// An input fusion's root is a floating-point reduction over one contiguous block of dims;
+// its group grows the same way over the reduction's input dims (RMSNorm's sum of squares,
+// softmax denominators, gradient norms never materialize their input).
+//
+// Not yet: reduction epilogues, fusing transposes and non-scalar broadcasts (index maps),
+// multi-output fusions. See docs/backend.md.
 #pragma once
 
 #include "kiln/passes/pass.h"

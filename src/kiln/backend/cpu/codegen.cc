@@ -1,5 +1,6 @@
 #include "kiln/backend/cpu/codegen.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -64,14 +65,25 @@ struct Body {
   std::string result;
 };
 
+bool is_reduce(const Instr* i) {
+  return i->opcode() == Opcode::kReduceSum || i->opcode() == Opcode::kReduceMax || i->opcode() == Opcode::kReduceMin;
+}
+
+// Statements for every instruction up to the root (an input fusion's reduction root is left
+// to the caller: `result` is then the value it reduces). Loads index with `idx`.
 Body elemental(const ir::Computation& body) {
   Body out;
   std::unordered_map<const Instr*, std::string> var;
   int next = 0;
   auto fresh = [&] { return "v" + std::to_string(next++); };
-  const auto& root_dims = body.root()->shape().dims();
+  const Instr* root = body.root();
+  const auto& root_dims = is_reduce(root) ? root->operand(0)->shape().dims() : root->shape().dims();
   for (const auto& owned : body.instructions()) {
     const Instr* i = owned.get();
+    if (i == root && is_reduce(root)) {
+      out.result = var.at(root->operand(0));
+      return out;
+    }
     DType d = i->shape().dtype();
     std::string v = fresh();
     var[i] = v;
@@ -82,7 +94,7 @@ Body elemental(const ir::Computation& body) {
         out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[0]"));
       } else {
         KILN_CHECK(i->shape().dims() == root_dims) << "loop fusion parameter " << i->to_string();
-        out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[i]"));
+        out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[idx]"));
       }
     } else if (i->opcode() == Opcode::kConstant) {
       KILN_CHECK_EQ(i->shape().num_elements(), 1) << "non-scalar constant in a loop fusion";
@@ -146,17 +158,72 @@ std::string loop_kernel_source(const ir::Computation& body, const std::string& n
       "{}"
       "  {}* o = static_cast<{}*>(out);\n"
       "#pragma omp parallel for simd schedule(static) if (count > 16384)\n"
-      "  for (int64_t i = 0; i < count; ++i) {{\n"
+      "  for (int64_t idx = 0; idx < count; ++idx) {{\n"
       "{}"
-      "    o[i] = {};\n"
+      "    o[idx] = {};\n"
       "  }}\n"
       "}}\n",
       name, b.hoisted, storage_type(out), storage_type(out), b.loop, store(out, b.result));
 }
 
+std::string input_kernel_source(const ir::Computation& body, const std::string& name) {
+  const Instr* root = body.root();
+  KILN_CHECK(is_reduce(root)) << "input fusion without a reduction root: " << root->to_string();
+  const auto& in_dims = root->operand(0)->shape().dims();
+  std::vector<int64_t> reduced = root->attrs().get_ints("dims");
+  std::sort(reduced.begin(), reduced.end());
+  int64_t outer = 1, red = 1, inner = 1;
+  for (int64_t d = 0; d < reduced.front(); ++d) outer *= in_dims[d];
+  for (int64_t d : reduced) red *= in_dims[d];
+  for (size_t d = reduced.back() + 1; d < in_dims.size(); ++d) inner *= in_dims[d];
+  Body b = elemental(body);
+  DType out = root->shape().dtype();
+  // Sums accumulate in double (as the native reduction); max/min keep a NaN once seen.
+  std::string init, combine;
+  if (root->opcode() == Opcode::kReduceSum) {
+    init = "0.0";
+    combine = "acc[i - i0] += {};";
+  } else if (root->opcode() == Opcode::kReduceMax) {
+    init = "-std::numeric_limits<double>::infinity()";
+    combine = "{{ const double x = {}; if (x > acc[i - i0] || std::isnan(x)) acc[i - i0] = x; }}";
+  } else {
+    init = "std::numeric_limits<double>::infinity()";
+    combine = "{{ const double x = {}; if (x < acc[i - i0] || std::isnan(x)) acc[i - i0] = x; }}";
+  }
+  return fmt::format(
+      "extern \"C\" void {name}(const void* const* in, void* out, int64_t) {{\n"
+      "{hoisted}"
+      "  {st}* o = static_cast<{st}*>(out);\n"
+      "  constexpr int64_t outer = {outer}, red = {red}, inner = {inner}, block = 256;\n"
+      "  constexpr int64_t blocks = (inner + block - 1) / block;\n"
+      "#pragma omp parallel for schedule(static) if (outer * red * inner > 16384)\n"
+      "  for (int64_t ob = 0; ob < outer * blocks; ++ob) {{\n"
+      "    const int64_t oi = ob / blocks, i0 = (ob % blocks) * block, i1 = std::min(inner, i0 + block);\n"
+      "    double acc[block];\n"
+      "    for (int64_t i = i0; i < i1; ++i) acc[i - i0] = {init};\n"
+      "    for (int64_t r = 0; r < red; ++r) {{\n"
+      "      for (int64_t i = i0; i < i1; ++i) {{\n"
+      "        const int64_t idx = (oi * red + r) * inner + i;\n"
+      "{loop}"
+      "        {combine}\n"
+      "      }}\n"
+      "    }}\n"
+      "    for (int64_t i = i0; i < i1; ++i) o[oi * inner + i] = {store};\n"
+      "  }}\n"
+      "}}\n",
+      fmt::arg("name", name), fmt::arg("hoisted", b.hoisted), fmt::arg("st", storage_type(out)),
+      fmt::arg("outer", outer), fmt::arg("red", red), fmt::arg("inner", inner), fmt::arg("init", init),
+      fmt::arg("loop", b.loop), fmt::arg("combine", fmt::format(fmt::runtime(combine), b.result)),
+      fmt::arg("store", store(out, fmt::format("static_cast<{}>(acc[i - i0])", compute_type(out)))));
+}
+
+std::string fusion_kernel_source(const ir::Computation& body, const std::string& name) {
+  return is_reduce(body.root()) ? input_kernel_source(body, name) : loop_kernel_source(body, name);
+}
+
 std::string kernel_name_for(const ir::Computation& body) {
-  std::string source = loop_kernel_source(body, "kernel");
-  return "kiln_loop_" + hex64(fnv1a64(source));
+  std::string source = fusion_kernel_source(body, "kernel");
+  return "kiln_fused_" + hex64(fnv1a64(source));
 }
 
 }  // namespace kiln::backend::cpu

@@ -3,7 +3,7 @@
 // OpenMP, vectorized by the compiler) is chosen separately and never changes the
 // expression (CONVENTIONS example 7).
 //
-// Generated function, for a fusion with n operands:
+// Generated function, for a fusion with n operands (count: the result's elements):
 //   extern "C" void <name>(const void* const* in, void* out, int64_t count);
 #pragma once
 
@@ -18,6 +18,11 @@ const std::string& kernel_prelude();
 
 // The body of one loop fusion as a C++ function named `name`.
 std::string loop_kernel_source(const ir::Computation& body, const std::string& name);
+// An input fusion (elementwise ops ending in a reduction over a contiguous block of dims):
+// the loop nest reads the input as [outer, reduced, inner] and never materializes it.
+std::string input_kernel_source(const ir::Computation& body, const std::string& name);
+// Either of the two, by the body's root.
+std::string fusion_kernel_source(const ir::Computation& body, const std::string& name);
 
 // Name derived from the source itself, so identical fusions (the same code in every layer)
 // share one kernel.

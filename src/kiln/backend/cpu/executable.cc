@@ -87,7 +87,7 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
     kernel_of[instr.get()] = name;
     ++report_.fused_kernels;
     if (!seen.emplace(name, true).second) continue;
-    sources.push_back({name, cpu::loop_kernel_source(*instr->called()[0], name)});
+    sources.push_back({name, cpu::fusion_kernel_source(*instr->called()[0], name)});
   }
   report_.unique_kernels = static_cast<int64_t>(sources.size());
   std::string cache_dir = options.cache_dir.empty() ? cpu::default_cache_dir() : options.cache_dir;
