@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
+#include "kiln/data/corpus.h"
 #include "kiln/interp/interpreter.h"
 
 namespace kiln::train {
@@ -43,8 +44,9 @@ std::string grouped(int64_t n) {
 }
 
 Status check_supported(const config::Config& config) {
-  if (config.get_string("dataset_type") != "synthetic") {
-    return invalid_argument("dataset_type={}: the trainer reads only synthetic data so far (dataset_type=synthetic)",
+  if (config.get_string("dataset_type") != "synthetic" && config.get_string("dataset_type") != "tokens") {
+    return invalid_argument("dataset_type={}: the trainer reads synthetic data or token shards (dataset_type=synthetic "
+                            "or tokens; text is not built yet: run kiln tokenize first)",
                             config.get_string("dataset_type"));
   }
   if (config.get_int("gradient_accumulation_steps") != 1) {
@@ -52,6 +54,29 @@ Status check_supported(const config::Config& config) {
                             config.get_int("gradient_accumulation_steps"));
   }
   return ok_status();
+}
+
+// dataset_type=tokens: the shards under dataset_path, packed into global batches of
+// micro_batch_size rows of max_target_length tokens (docs/data.md).
+Result<std::unique_ptr<data::TokenPipeline>> open_token_pipeline(const config::Config& config) {
+  KILN_ASSIGN_OR_RETURN(auto shards, data::open_shards(config.get_string("dataset_path")));
+  data::PipelineOptions o;
+  o.global_batch = config.derived().micro_batch_size;
+  o.seq_len = config.get_int("max_target_length");
+  o.model_vocab = config.get_int("vocab_size");
+  o.add_bos = config.get_bool("add_bos");
+  o.add_eos = config.get_bool("add_eos");
+  o.packing = config.get_bool("packing");
+  o.seed = static_cast<uint64_t>(config.get_int("data_shuffle_seed"));
+  Result<std::unique_ptr<data::TokenPipeline>> p = data::TokenPipeline::create(std::move(shards), o);
+  if (!p.ok()) return p.status().with_context("dataset_path=" + config.get_string("dataset_path"));
+  return p;
+}
+
+HostBatch to_host_batch(const data::Batch& b) {
+  ir::Shape shape(ir::DType::kS32, {b.batch, b.seq_len});
+  auto literal = [&](const std::vector<int32_t>& v) { return ir::Literal(shape, std::vector<double>(v.begin(), v.end())); };
+  return {literal(b.inputs), literal(b.targets), literal(b.positions), literal(b.segmentation)};
 }
 
 }  // namespace
@@ -115,6 +140,16 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->abort_on_inf_ = config.get_bool("abort_on_inf_loss");
   t->peak_tflops_ = config.get_float("hardware_peak_tflops");
   const config::Derived& d = config.derived();
+
+  // dataset_type=tokens: open and check the data before tracing or compiling anything.
+  if (config.get_string("dataset_type") == "tokens") {
+    KILN_ASSIGN_OR_RETURN(t->tokens_, open_token_pipeline(config));
+    t->print(fmt::format("data: token shards from {}: {} sequences of {} tokens per epoch (packing={}, "
+                         "data_shuffle_seed={})",
+                         config.get_string("dataset_path"), t->tokens_->samples_per_epoch(),
+                         config.get_int("max_target_length"), config.get_bool("packing"),
+                         config.get_int("data_shuffle_seed")));
+  }
 
   // Where the run writes.
   t->run_name_ = config.get_string("run_name");
@@ -217,7 +252,7 @@ std::vector<ir::Literal> Trainer::params() const {
 }
 
 Result<StepRecord> Trainer::run_step() {
-  HostBatch batch = data_.next();
+  HostBatch batch = tokens_ ? to_host_batch(tokens_->next()) : data_.next();
   runner_->set_arg(program_.batch_arg(0), batch.inputs);
   runner_->set_arg(program_.batch_arg(1), batch.targets);
   runner_->set_arg(program_.batch_arg(2), batch.positions);

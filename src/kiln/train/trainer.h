@@ -20,6 +20,7 @@
 
 #include "kiln/base/status.h"
 #include "kiln/config/config.h"
+#include "kiln/data/pipeline.h"
 #include "kiln/ir/literal.h"
 #include "kiln/models/model.h"
 #include "kiln/train/flops.h"
@@ -69,6 +70,8 @@ class Trainer {
   std::vector<ir::Literal> params() const;
   const StepProgram& program() const { return program_; }
   const char* executor_name() const { return runner_->name(); }
+  // dataset_type=tokens: the input pipeline (its state() is what a checkpoint saves); else null.
+  data::TokenPipeline* token_pipeline() const { return tokens_.get(); }
 
  private:
   Trainer() = default;
@@ -79,6 +82,7 @@ class Trainer {
   TrainerOptions options_;
   StepProgram program_;
   SyntheticData data_{1, 1, 1, 0, true};
+  std::unique_ptr<data::TokenPipeline> tokens_;  // dataset_type=tokens (else synthetic data_)
   std::unique_ptr<StepRunner> runner_;  // holds the state; declared after program_, which it reads
   int64_t step_ = 0;
   int64_t steps_ = 0;

@@ -1,0 +1,121 @@
+// `kiln tokenize` and `kiln train dataset_type=tokens` as a user runs them: text -> shards,
+// ids <-> text on stdin, a short gpt-oss run on the shards whose loss falls, and one-line
+// errors (exit 2, nothing run) for a missing dataset and a vocabulary that is too small.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string temp(const std::string& name) {
+  return ::testing::TempDir() + "kiln_data_cli_" + std::to_string(getpid()) + "_" + name;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+CliRun kiln(const std::string& args, const std::string& stdin_text = "") {
+  std::string in_path = temp("stdin.txt"), err_path = temp("stderr.txt");
+  std::ofstream(in_path) << stdin_text;
+  CliRun r;
+  FILE* p = popen((std::string(KILN_BINARY) + " " + args + " <" + in_path + " 2>" + err_path).c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_file(err_path);
+  return r;
+}
+
+// A small English corpus: enough documents for a few batches of 2 × 16 tokens.
+std::string make_corpus() {
+  std::string path = temp("corpus.txt");
+  std::ofstream out(path);
+  const char* lines[] = {"the cat sat on the mat", "a dog ran in the park", "the sun is warm today",
+                         "we read a book at night", "the sea is blue and deep", "birds sing in the morning"};
+  for (int i = 0; i < 24; ++i) out << lines[i % 6] << "\n\n";
+  return path;
+}
+
+std::vector<double> losses(const std::string& out) {
+  std::vector<double> v;
+  std::regex re("completed step: \\d+, .* loss: ([0-9.]+),");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) v.push_back(std::stod((*it)[1]));
+  return v;
+}
+
+const char* kTinyTokens =
+    "model_name=gpt-oss-tiny override_model_config=true per_device_batch_size=2 max_target_length=16 "
+    "vocab_size=258 base_num_decoder_layers=2 executor=interpreter enable_checkpointing=false "
+    "dataset_type=tokens learning_rate=3e-3 warmup_steps_fraction=0";
+
+TEST(KilnTokenizeCli, IdsAndDecodeRoundTripStdin) {
+  CliRun ids = kiln("tokenize --ids", "Hi\nwörld\n");
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  EXPECT_EQ(ids.out, "72 105\n119 195 182 114 108 100\n");
+  CliRun text = kiln("tokenize --ids --decode", ids.out);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out, "Hi\nwörld\n");
+  CliRun bad = kiln("tokenize --decode", "1 x\n");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("not a token id"), std::string::npos);
+}
+
+TEST(KilnTrainTokens, TokenizeThenTrainGptOssTinyAndTheLossFalls) {
+  std::string shards = temp("shards");
+  std::filesystem::remove_all(shards);
+  CliRun tok = kiln("tokenize --output " + shards + " " + make_corpus());
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  EXPECT_NE(tok.out.find("tokenized 24 documents"), std::string::npos) << tok.out;
+  EXPECT_TRUE(std::filesystem::exists(shards + "/manifest.json"));
+
+  std::string dir = temp("out");
+  CliRun r = kiln(std::string("train ") + kTinyTokens + " steps=12 dataset_path=" + shards +
+                  " run_name=tok base_output_directory=" + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("data: token shards from " + shards), std::string::npos) << r.out;
+  std::vector<double> l = losses(r.out);
+  ASSERT_EQ(l.size(), 12u) << r.out;
+  // Byte-level text starts near ln(258) = 5.55 and the repeated sentences are learned fast.
+  double first = l[0], last = (l[9] + l[10] + l[11]) / 3;
+  EXPECT_GT(first, 4.5);
+  EXPECT_LT(last, first - 1.5) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KilnTrainTokens, BadDataIsOneLineAndExitCode2BeforeTraining) {
+  CliRun missing = kiln(std::string("train ") + kTinyTokens + " steps=1 dataset_path=" + temp("nowhere"));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("not found"), std::string::npos) << missing.err;
+  EXPECT_EQ(missing.out.find("completed step"), std::string::npos);
+
+  std::string shards = temp("shards_vocab");
+  std::filesystem::remove_all(shards);
+  ASSERT_EQ(kiln("tokenize --output " + shards + " " + make_corpus()).exit_code, 0);
+  CliRun vocab = kiln(std::string("train ") + kTinyTokens + " steps=1 vocab_size=200 dataset_path=" + shards);
+  EXPECT_EQ(vocab.exit_code, 2) << vocab.err;
+  EXPECT_NE(vocab.err.find("not below the model's vocab_size=200"), std::string::npos) << vocab.err;
+  EXPECT_EQ(std::count(vocab.err.begin(), vocab.err.end(), '\n'), 1) << vocab.err;
+  EXPECT_EQ(vocab.out.find("traced the training step"), std::string::npos);
+}
+
+}  // namespace
