@@ -4,6 +4,8 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
+#include <optional>
+#include <set>
 
 #include <unistd.h>
 
@@ -232,6 +234,34 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                        trace_s + compile_s + init_s, trace_s, compile_s, init_s, t->runner_->name()));
 
   t->data_ = SyntheticData::from_config(config);
+
+  // Checkpoints: resume from the run's latest one, else the load paths (MaxText's order).
+  t->checkpointing_ = config.get_bool("enable_checkpointing");
+  t->async_checkpointing_ = config.get_bool("async_checkpointing");
+  t->checkpoint_period_ = config.get_int("checkpoint_period");
+  t->save_on_completion_ = config.get_bool("save_checkpoint_on_completion");
+  t->max_checkpoints_ = config.get_int("max_num_checkpoints_to_keep");
+  t->config_yaml_ = config.to_yaml();
+  t->mesh_json_ = {{"axes", d.mesh.axes}, {"ici", d.mesh.ici}, {"dcn", d.mesh.dcn}, {"num_devices", d.num_devices}};
+  t->data_json_ = {{"type", "synthetic"},
+                   {"data_shuffle_seed", config.get_int("data_shuffle_seed")},
+                   {"reuse_example_batch", config.get_int("reuse_example_batch")}};
+  t->rng_json_ = {{"init_weights_seed", config.get_int("init_weights_seed")}};
+  const std::string full_path = config.get_string("load_full_state_path");
+  const std::string params_path = config.get_string("load_parameters_path");
+  if (!full_path.empty() && !params_path.empty()) {
+    return invalid_argument("load_parameters_path={} and load_full_state_path={}: set at most one", params_path,
+                            full_path);
+  }
+  std::optional<std::string> resume =
+      t->checkpointing_ ? checkpoint::latest(t->checkpoints_dir()) : std::optional<std::string>();
+  if (resume) {
+    KILN_RETURN_IF_ERROR(t->restore(*resume, /*full_state=*/true, specs, step_options.adamw.mu_dtype));
+  } else if (!full_path.empty()) {
+    KILN_RETURN_IF_ERROR(t->restore(full_path, /*full_state=*/true, specs, step_options.adamw.mu_dtype));
+  } else if (!params_path.empty()) {
+    KILN_RETURN_IF_ERROR(t->restore(params_path, /*full_state=*/false, specs, step_options.adamw.mu_dtype));
+  }
   t->log_period_ = std::max<int64_t>(1, config.get_int("log_period"));
   if (options.write_metrics_file) {
     std::string path = (std::filesystem::path(t->output_dir_) / "metrics.jsonl").string();
@@ -250,6 +280,111 @@ std::vector<ir::Literal> Trainer::params() const {
   for (int64_t i = 0; i < program_.num_params; ++i) out.push_back(runner_->arg(program_.param_arg(i)));
   return out;
 }
+
+std::string Trainer::checkpoints_dir() const {
+  return (std::filesystem::path(output_dir_) / "checkpoints").string();
+}
+
+checkpoint::CheckpointState Trainer::snapshot() const {
+  checkpoint::CheckpointState s;
+  s.step = step_;
+  const std::vector<models::ParamSpec>& specs = model_->params();
+  const char* groups[] = {"params/", "mu/", "nu/"};
+  for (int g = 0; g < 3; ++g) {
+    for (int64_t i = 0; i < program_.num_params; ++i) {
+      int64_t arg = g == 0 ? program_.param_arg(i) : g == 1 ? program_.mu_arg(i) : program_.nu_arg(i);
+      s.names.push_back(groups[g] + specs[i].name);
+      s.tensors.push_back(runner_->arg(arg));  // a copy: training may go on while it is written
+    }
+  }
+  s.config_yaml = config_yaml_;
+  s.mesh = mesh_json_;
+  s.data_iterator = data_json_;
+  s.data_iterator["batches_consumed"] = step_;  // one batch per step (no gradient accumulation)
+  s.rng = rng_json_;
+  return s;
+}
+
+Status Trainer::restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,
+                        ir::DType mu_dtype) {
+  std::string step_dir = dir;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "manifest.json")) {
+    std::optional<std::string> latest = checkpoint::latest(dir);
+    if (!latest) return not_found("{} holds no complete checkpoint (no manifest.json, no <step>/manifest.json)", dir);
+    step_dir = *latest;
+  }
+  KILN_ASSIGN_OR_RETURN(checkpoint::CheckpointState state, checkpoint::load(step_dir));
+  // Check everything before touching the state: name, shape and dtype of every tensor.
+  auto expect = [&](const std::string& name, const ir::Shape& shape) -> Result<const ir::Literal*> {
+    const ir::Literal* t = state.find(name);
+    if (t == nullptr) return failed_precondition("checkpoint {}: tensor {} is missing (a different model?)", step_dir, name);
+    if (t->shape().dims() != shape.dims() || t->shape().dtype() != shape.dtype()) {
+      return failed_precondition("checkpoint {}: tensor {} is {} but this run's model needs {} (a different model "
+                                 "config?)",
+                                 step_dir, name, t->shape().to_string(), shape.to_string());
+    }
+    return t;
+  };
+  std::vector<std::pair<int64_t, const ir::Literal*>> sets;
+  std::set<std::string> used;
+  for (int64_t i = 0; i < program_.num_params; ++i) {
+    const std::string& name = specs[i].name;
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* p, expect("params/" + name, specs[i].shape));
+    sets.emplace_back(program_.param_arg(i), p);
+    used.insert("params/" + name);
+    if (!full_state) continue;
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* mu, expect("mu/" + name, specs[i].shape.with_dtype(mu_dtype)));
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* nu, expect("nu/" + name, specs[i].shape));
+    sets.emplace_back(program_.mu_arg(i), mu);
+    sets.emplace_back(program_.nu_arg(i), nu);
+    used.insert("mu/" + name);
+    used.insert("nu/" + name);
+  }
+  for (const std::string& name : state.names) {
+    bool wanted = full_state || name.rfind("params/", 0) == 0;
+    if (wanted && !used.count(name)) {
+      return failed_precondition("checkpoint {}: tensor {} is not part of this run's model (a different model config?)",
+                                 step_dir, name);
+    }
+  }
+  for (const auto& [arg, value] : sets) runner_->set_arg(arg, *value);
+  if (full_state) {
+    step_ = state.step;
+    restored_step_ = state.step;
+    // The data iterator: synthetic batches are numbered, so skip the consumed ones.
+    int64_t consumed = state.data_iterator.value("batches_consumed", state.step);
+    for (int64_t k = 0; k < consumed; ++k) (void)data_.next();
+    print(fmt::format("restored the full training state of step {} from {}", state.step, step_dir));
+  } else {
+    print(fmt::format("loaded {} parameter tensors from {} (parameters only; optimizer state and step start fresh)",
+                      program_.num_params, step_dir));
+  }
+  return ok_status();
+}
+
+Status Trainer::save_checkpoint() {
+  Clock::time_point start = Clock::now();
+  checkpoint::SaveOptions save_options;
+  save_options.max_to_keep = max_checkpoints_;
+  save_options.after_file = options_.checkpoint_after_file;
+  last_saved_step_ = step_;
+  if (async_checkpointing_) {
+    Status previous = saver_.save(checkpoints_dir(), snapshot(), save_options);
+    checkpoint_blocked_s_ = seconds_since(start);
+    print(fmt::format("saving checkpoint {} in the background to {} (the step was blocked {:.3f} s)", step_,
+                      checkpoint::step_dir(checkpoints_dir(), step_), checkpoint_blocked_s_));
+    return previous;
+  }
+  Status st = checkpoint::save(checkpoints_dir(), snapshot(), save_options);
+  checkpoint_blocked_s_ = seconds_since(start);
+  if (st.ok()) {
+    print(fmt::format("saved checkpoint {} to {} in {:.3f} s", step_, checkpoint::step_dir(checkpoints_dir(), step_),
+                      checkpoint_blocked_s_));
+  }
+  return st;
+}
+
+Status Trainer::wait_for_checkpoint() { return saver_.wait(); }
 
 Result<StepRecord> Trainer::run_step() {
   HostBatch batch = tokens_ ? to_host_batch(tokens_->next()) : data_.next();
@@ -310,6 +445,16 @@ Status Trainer::run() {
   while (step_ < steps_) {
     Result<StepRecord> r = run_step();
     if (!r.ok()) return r.status();
+    if (checkpointing_ && checkpoint_period_ > 0 && step_ % checkpoint_period_ == 0) {
+      KILN_RETURN_IF_ERROR(save_checkpoint());
+    }
+  }
+  if (checkpointing_ && save_on_completion_ && last_saved_step_ != step_ && restored_step_ != step_) {
+    KILN_RETURN_IF_ERROR(save_checkpoint());
+  }
+  KILN_RETURN_IF_ERROR(wait_for_checkpoint());
+  if (history_.empty() && restored_step_ >= steps_) {
+    print(fmt::format("nothing to run: resumed from the checkpoint of step {}, and steps={}", restored_step_, steps_));
   }
   KILN_RETURN_IF_ERROR(metrics_.flush());
   KILN_RETURN_IF_ERROR(extra_metrics_.flush());

@@ -14,11 +14,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/base/status.h"
+#include "kiln/checkpoint/checkpoint.h"
 #include "kiln/config/config.h"
 #include "kiln/data/pipeline.h"
 #include "kiln/ir/literal.h"
@@ -45,6 +47,8 @@ Status check_training_memory(const std::vector<models::ParamSpec>& specs, ir::DT
 struct TrainerOptions {
   std::FILE* console = stdout;  // start-up report and per-step lines (nullptr: silent)
   bool write_metrics_file = true;  // {base_output_directory}/{run_name}/metrics.jsonl
+  // Test hook passed to checkpoint::SaveOptions::after_file (called after each file of a save).
+  std::function<void(const std::string&)> checkpoint_after_file;
 };
 
 class Trainer {
@@ -73,10 +77,26 @@ class Trainer {
   // dataset_type=tokens: the input pipeline (its state() is what a checkpoint saves); else null.
   data::TokenPipeline* token_pipeline() const { return tokens_.get(); }
 
+  // Checkpoints (docs/checkpoints.md), in {output_dir}/checkpoints/<step>/. With
+  // enable_checkpointing, run() saves every checkpoint_period steps and, with
+  // save_checkpoint_on_completion, after the last step; create() resumes from the latest
+  // complete checkpoint there, else loads load_full_state_path or load_parameters_path.
+  std::string checkpoints_dir() const;
+  // Saves the current state as checkpoint <step()> (async_checkpointing: copies the state
+  // and writes it in the background; the status of an earlier background save is returned).
+  Status save_checkpoint();
+  Status wait_for_checkpoint();  // waits for a background save; its status
+  int64_t restored_step() const { return restored_step_; }  // -1: started fresh
+  double last_checkpoint_blocked_s() const { return checkpoint_blocked_s_; }
+
  private:
   Trainer() = default;
   Status check_loss(const StepRecord& r) const;
   void print(const std::string& line) const;
+  checkpoint::CheckpointState snapshot() const;
+  // Restores `dir` (a step directory, or a checkpoints directory: its latest) into the state.
+  Status restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,
+                 ir::DType mu_dtype);
 
   std::unique_ptr<models::Model> model_;
   TrainerOptions options_;
@@ -95,6 +115,13 @@ class Trainer {
   JsonlWriter metrics_, extra_metrics_;  // metrics.jsonl and metrics_file
   std::vector<StepRecord> history_;
   std::chrono::steady_clock::time_point last_step_end_;
+  // Checkpointing.
+  bool checkpointing_ = false, save_on_completion_ = false, async_checkpointing_ = false;
+  int64_t checkpoint_period_ = 0, max_checkpoints_ = -1, restored_step_ = -1, last_saved_step_ = -1;
+  double checkpoint_blocked_s_ = 0;
+  std::string config_yaml_;
+  nlohmann::json mesh_json_, data_json_, rng_json_;
+  checkpoint::AsyncSaver saver_;  // declared last: joins a background save before the state goes
 };
 
 }  // namespace kiln::train
