@@ -11,6 +11,7 @@
 //
 //   build-bench/bench/attention_bench
 //   build-bench/bench/attention_bench --benchmark_filter=flash
+//   /usr/bin/python3 bench/attention_vs_torch.py     (PyTorch's eager composite, same shapes)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
