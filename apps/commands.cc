@@ -9,6 +9,7 @@ std::function<int()> add_compile_command(CLI::App& cmd);
 std::function<int()> add_ir_opt_command(CLI::App& cmd);
 std::function<int()> add_ir_run_command(CLI::App& cmd);
 std::function<int()> add_tokenize_command(CLI::App& cmd);
+std::function<int()> add_convert_command(CLI::App& cmd);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
@@ -20,6 +21,7 @@ const std::vector<Command>& commands() {
       {"ir-opt", "Run passes on an IR file and print the result (--passes=dce,cse,simplify)", add_ir_opt_command},
       {"ir-run", "Run an IR file with the reference interpreter on random or given inputs", add_ir_run_command},
       {"tokenize", "Text files -> token shards + manifest (--output DIR FILE...); --ids [--decode]: stdin text <-> ids", add_tokenize_command},
+      {"convert", "GPT-OSS weights between Hugging Face and Kiln checkpoints: --from hf|kiln --to kiln|hf IN OUT", add_convert_command},
   };
   return kCommands;
 }

@@ -1,0 +1,270 @@
+#include "kiln/checkpoint/hf_gpt_oss.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+namespace kiln::checkpoint {
+
+namespace {
+
+// [R, C] row-major (as flat values) -> [C, R].
+std::vector<double> transpose2d(const std::vector<double>& x, int64_t rows, int64_t cols) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
+  return y;
+}
+
+ir::Literal make(ir::DType dtype, std::vector<int64_t> dims, std::vector<double> values) {
+  ir::Literal out(ir::Shape(dtype, std::move(dims)));
+  out.mutable_values() = std::move(values);  // moved, never rounded: exact in the dtype
+  return out;
+}
+
+class Reader {
+ public:
+  Reader(const TensorMap& m, const char* side) : m_(m), side_(side) {}
+  bool has(const std::string& name) const { return m_.count(name) > 0; }
+  // The tensor `name`, of rank `rank` (or any rank when -1).
+  Result<const ir::Literal*> get(const std::string& name, int rank = -1) const {
+    auto it = m_.find(name);
+    if (it == m_.end()) return not_found("{} tensor {} is missing", side_, name);
+    if (rank >= 0 && it->second.shape().rank() != rank) {
+      return invalid_argument("{} tensor {} is {}, expected rank {}", side_, name, it->second.shape().to_string(), rank);
+    }
+    return &it->second;
+  }
+  Status expect_dims(const std::string& name, const ir::Literal& t, const std::vector<int64_t>& dims) const {
+    if (t.shape().dims() != dims) {
+      return invalid_argument("{} tensor {} is {}, expected dims {}", side_, name, t.shape().to_string(),
+                              ir::dims_to_string(dims));
+    }
+    return ok_status();
+  }
+
+ private:
+  const TensorMap& m_;
+  const char* side_;
+};
+
+int64_t count_layers(const TensorMap& m, const std::string& prefix, const std::string& suffix) {
+  int64_t n = 0;
+  while (m.count(prefix + std::to_string(n) + suffix)) ++n;
+  return n;
+}
+
+}  // namespace
+
+Result<TensorMap> gpt_oss_to_hf(const TensorMap& k) {
+  Reader r(k, "Kiln");
+  TensorMap hf;
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* emb, r.get("token_embedder.embedding", 2));
+  const int64_t V = emb->shape().dims()[0], D = emb->shape().dims()[1];
+  hf["model.embed_tokens.weight"] = *emb;
+  const int64_t layers = count_layers(k, "layers.", ".self_attention.query.kernel");
+  if (layers == 0) return not_found("Kiln tensor layers.0.self_attention.query.kernel is missing");
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string n = fmt::format("layers.{}.", l), m = fmt::format("model.layers.{}.", l);
+    const std::string a = n + "self_attention.";
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* pre, r.get(n + "pre_self_attention_layer_norm.scale", 1));
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* post, r.get(n + "post_self_attention_layer_norm.scale", 1));
+    hf[m + "input_layernorm.weight"] = *pre;
+    hf[m + "post_attention_layernorm.weight"] = *post;
+    for (const char* which : {"query", "key", "value"}) {
+      const std::string proj = std::string(1, which[0]) + "_proj";
+      KILN_ASSIGN_OR_RETURN(const ir::Literal* w, r.get(a + which + ".kernel", 3));
+      const auto& d = w->shape().dims();  // [D, heads, Dh]
+      KILN_RETURN_IF_ERROR(r.expect_dims(a + which + ".kernel", *w, {D, d[1], d[2]}));
+      hf[m + "self_attn." + proj + ".weight"] =
+          make(w->shape().dtype(), {d[1] * d[2], D}, transpose2d(w->values(), D, d[1] * d[2]));
+      if (r.has(a + which + ".bias")) {
+        KILN_ASSIGN_OR_RETURN(const ir::Literal* b, r.get(a + which + ".bias", 2));
+        hf[m + "self_attn." + proj + ".bias"] = make(b->shape().dtype(), {b->shape().num_elements()}, b->values());
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* o, r.get(a + "out.kernel", 3));  // [H, Dh, D]
+    const int64_t HD = o->shape().dims()[0] * o->shape().dims()[1];
+    hf[m + "self_attn.o_proj.weight"] = make(o->shape().dtype(), {D, HD}, transpose2d(o->values(), HD, D));
+    if (r.has(a + "out.bias")) hf[m + "self_attn.o_proj.bias"] = k.at(a + "out.bias");
+    if (r.has(a + "sinks")) hf[m + "self_attn.sinks"] = k.at(a + "sinks");
+
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* gate, r.get(n + "mlp.gate.kernel", 2));  // [D, E]
+    const int64_t E = gate->shape().dims()[1];
+    hf[m + "mlp.router.weight"] = make(gate->shape().dtype(), {E, D}, transpose2d(gate->values(), D, E));
+    if (r.has(n + "mlp.gate.bias")) hf[m + "mlp.router.bias"] = k.at(n + "mlp.gate.bias");
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* w0, r.get(n + "mlp.wi_0", 3));
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* w1, r.get(n + "mlp.wi_1", 3));
+    const int64_t I = w0->shape().dims()[2];
+    KILN_RETURN_IF_ERROR(r.expect_dims(n + "mlp.wi_0", *w0, {E, D, I}));
+    KILN_RETURN_IF_ERROR(r.expect_dims(n + "mlp.wi_1", *w1, {E, D, I}));
+    // gate_up_proj [E, D, 2I]: wi_0 in the even columns, wi_1 in the odd ones.
+    std::vector<double> gate_up(static_cast<size_t>(E * D * 2 * I));
+    for (int64_t row = 0; row < E * D; ++row)
+      for (int64_t i = 0; i < I; ++i) {
+        gate_up[row * 2 * I + 2 * i] = w0->values()[row * I + i];
+        gate_up[row * 2 * I + 2 * i + 1] = w1->values()[row * I + i];
+      }
+    hf[m + "mlp.experts.gate_up_proj"] = make(w0->shape().dtype(), {E, D, 2 * I}, std::move(gate_up));
+    if (r.has(n + "mlp.wi_0_bias")) {
+      KILN_ASSIGN_OR_RETURN(const ir::Literal* b0, r.get(n + "mlp.wi_0_bias", 2));
+      KILN_ASSIGN_OR_RETURN(const ir::Literal* b1, r.get(n + "mlp.wi_1_bias", 2));
+      std::vector<double> gub(static_cast<size_t>(E * 2 * I));
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t i = 0; i < I; ++i) {
+          gub[e * 2 * I + 2 * i] = b0->values()[e * I + i];
+          gub[e * 2 * I + 2 * i + 1] = b1->values()[e * I + i];
+        }
+      hf[m + "mlp.experts.gate_up_proj_bias"] = make(b0->shape().dtype(), {E, 2 * I}, std::move(gub));
+    }
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* wo, r.get(n + "mlp.wo", 3));
+    hf[m + "mlp.experts.down_proj"] = *wo;
+    if (r.has(n + "mlp.wo_bias")) hf[m + "mlp.experts.down_proj_bias"] = k.at(n + "mlp.wo_bias");
+  }
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* norm, r.get("decoder_norm.scale", 1));
+  hf["model.norm.weight"] = *norm;
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* head, r.get("logits_dense.kernel", 2));
+  KILN_RETURN_IF_ERROR(r.expect_dims("logits_dense.kernel", *head, {D, V}));
+  hf["lm_head.weight"] = make(head->shape().dtype(), {V, D}, transpose2d(head->values(), D, V));
+  return hf;
+}
+
+Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t H) {
+  Reader r(hf, "Hugging Face");
+  TensorMap k;
+  for (const auto& [name, t] : hf) {
+    if (name.ends_with("_blocks") || name.ends_with("_scales")) {
+      return unimplemented("Hugging Face tensor {} is MXFP4-quantized; dequantize it to bf16 first (not yet supported)",
+                           name);
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* emb, r.get("model.embed_tokens.weight", 2));
+  const int64_t V = emb->shape().dims()[0], D = emb->shape().dims()[1];
+  k["token_embedder.embedding"] = *emb;
+  const int64_t layers = count_layers(hf, "model.layers.", ".self_attn.q_proj.weight");
+  if (layers == 0) return not_found("Hugging Face tensor model.layers.0.self_attn.q_proj.weight is missing");
+  if (H <= 0) return invalid_argument("num_attention_heads={} must be positive", H);
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string n = fmt::format("layers.{}.", l), m = fmt::format("model.layers.{}.", l);
+    const std::string a = n + "self_attention.";
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* pre, r.get(m + "input_layernorm.weight", 1));
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* post, r.get(m + "post_attention_layernorm.weight", 1));
+    k[n + "pre_self_attention_layer_norm.scale"] = *pre;
+    k[n + "post_self_attention_layer_norm.scale"] = *post;
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* q, r.get(m + "self_attn.q_proj.weight", 2));
+    if (q->shape().dims()[0] % H != 0) {
+      return invalid_argument("Hugging Face tensor {}self_attn.q_proj.weight has {} rows, not a multiple of {} heads", m,
+                              q->shape().dims()[0], H);
+    }
+    const int64_t Dh = q->shape().dims()[0] / H;
+    for (const char* which : {"query", "key", "value"}) {
+      const std::string proj = m + "self_attn." + std::string(1, which[0]) + "_proj";
+      KILN_ASSIGN_OR_RETURN(const ir::Literal* w, r.get(proj + ".weight", 2));  // [heads*Dh, D]
+      const int64_t rows = w->shape().dims()[0], heads = rows / Dh;
+      KILN_RETURN_IF_ERROR(r.expect_dims(proj + ".weight", *w, {heads * Dh, D}));
+      k[a + which + ".kernel"] = make(w->shape().dtype(), {D, heads, Dh}, transpose2d(w->values(), rows, D));
+      if (r.has(proj + ".bias")) {
+        KILN_ASSIGN_OR_RETURN(const ir::Literal* b, r.get(proj + ".bias", 1));
+        KILN_RETURN_IF_ERROR(r.expect_dims(proj + ".bias", *b, {heads * Dh}));
+        k[a + which + ".bias"] = make(b->shape().dtype(), {heads, Dh}, b->values());
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* o, r.get(m + "self_attn.o_proj.weight", 2));  // [D, H*Dh]
+    KILN_RETURN_IF_ERROR(r.expect_dims(m + "self_attn.o_proj.weight", *o, {D, H * Dh}));
+    k[a + "out.kernel"] = make(o->shape().dtype(), {H, Dh, D}, transpose2d(o->values(), D, H * Dh));
+    if (r.has(m + "self_attn.o_proj.bias")) k[a + "out.bias"] = hf.at(m + "self_attn.o_proj.bias");
+    if (r.has(m + "self_attn.sinks")) k[a + "sinks"] = hf.at(m + "self_attn.sinks");
+
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* router, r.get(m + "mlp.router.weight", 2));  // [E, D]
+    const int64_t E = router->shape().dims()[0];
+    k[n + "mlp.gate.kernel"] = make(router->shape().dtype(), {D, E}, transpose2d(router->values(), E, D));
+    if (r.has(m + "mlp.router.bias")) k[n + "mlp.gate.bias"] = hf.at(m + "mlp.router.bias");
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* gu, r.get(m + "mlp.experts.gate_up_proj", 3));
+    const int64_t I2 = gu->shape().dims()[2], I = I2 / 2;
+    KILN_RETURN_IF_ERROR(r.expect_dims(m + "mlp.experts.gate_up_proj", *gu, {E, D, 2 * I}));
+    std::vector<double> w0(static_cast<size_t>(E * D * I)), w1(w0.size());
+    for (int64_t row = 0; row < E * D; ++row)
+      for (int64_t i = 0; i < I; ++i) {
+        w0[row * I + i] = gu->values()[row * 2 * I + 2 * i];
+        w1[row * I + i] = gu->values()[row * 2 * I + 2 * i + 1];
+      }
+    k[n + "mlp.wi_0"] = make(gu->shape().dtype(), {E, D, I}, std::move(w0));
+    k[n + "mlp.wi_1"] = make(gu->shape().dtype(), {E, D, I}, std::move(w1));
+    if (r.has(m + "mlp.experts.gate_up_proj_bias")) {
+      KILN_ASSIGN_OR_RETURN(const ir::Literal* gb, r.get(m + "mlp.experts.gate_up_proj_bias", 2));
+      KILN_RETURN_IF_ERROR(r.expect_dims(m + "mlp.experts.gate_up_proj_bias", *gb, {E, 2 * I}));
+      std::vector<double> b0(static_cast<size_t>(E * I)), b1(b0.size());
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t i = 0; i < I; ++i) {
+          b0[e * I + i] = gb->values()[e * 2 * I + 2 * i];
+          b1[e * I + i] = gb->values()[e * 2 * I + 2 * i + 1];
+        }
+      k[n + "mlp.wi_0_bias"] = make(gb->shape().dtype(), {E, I}, std::move(b0));
+      k[n + "mlp.wi_1_bias"] = make(gb->shape().dtype(), {E, I}, std::move(b1));
+    }
+    KILN_ASSIGN_OR_RETURN(const ir::Literal* down, r.get(m + "mlp.experts.down_proj", 3));
+    KILN_RETURN_IF_ERROR(r.expect_dims(m + "mlp.experts.down_proj", *down, {E, I, D}));
+    k[n + "mlp.wo"] = *down;
+    if (r.has(m + "mlp.experts.down_proj_bias")) k[n + "mlp.wo_bias"] = hf.at(m + "mlp.experts.down_proj_bias");
+  }
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* norm, r.get("model.norm.weight", 1));
+  k["decoder_norm.scale"] = *norm;
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* head, r.get("lm_head.weight", 2));
+  KILN_RETURN_IF_ERROR(r.expect_dims("lm_head.weight", *head, {V, D}));
+  k["logits_dense.kernel"] = make(head->shape().dtype(), {D, V}, transpose2d(head->values(), V, D));
+  return k;
+}
+
+Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& k, const std::string& config_yaml) {
+  KILN_ASSIGN_OR_RETURN(TensorMap hf, gpt_oss_to_hf(k));
+  const auto& emb = hf.at("model.embed_tokens.weight").shape().dims();
+  const int64_t layers = count_layers(hf, "model.layers.", ".self_attn.q_proj.weight");
+  const auto& q = k.at("layers.0.self_attention.query.kernel").shape().dims();
+  const auto& kv = k.at("layers.0.self_attention.key.kernel").shape().dims();
+  const auto& wi = k.at("layers.0.mlp.wi_0").shape().dims();
+  YAML::Node y;
+  try {
+    y = YAML::Load(config_yaml);
+  } catch (const std::exception& e) {
+    return invalid_argument("the checkpoint's config is not YAML: {}", e.what());
+  }
+  auto num = [&](const char* key, double fallback) {
+    try {
+      return y[key] ? y[key].as<double>() : fallback;
+    } catch (const std::exception&) {
+      return fallback;
+    }
+  };
+  nlohmann::json layer_types = nlohmann::json::array();
+  for (int64_t l = 0; l < layers; ++l) layer_types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  return nlohmann::json{
+      {"architectures", {"GptOssForCausalLM"}},
+      {"model_type", "gpt_oss"},
+      {"vocab_size", emb[0]},
+      {"hidden_size", emb[1]},
+      {"num_hidden_layers", layers},
+      {"num_attention_heads", q[1]},
+      {"num_key_value_heads", kv[1]},
+      {"head_dim", q[2]},
+      {"num_local_experts", wi[0]},
+      {"intermediate_size", wi[2]},
+      {"num_experts_per_tok", static_cast<int64_t>(num("num_experts_per_tok", 4))},
+      {"rms_norm_eps", num("normalization_layer_epsilon", 1e-5)},
+      {"rope_theta", num("rope_max_timescale", 150000)},
+      {"rope_scaling",
+       {{"rope_type", "yarn"},
+        {"factor", num("rope_factor", 32)},
+        {"beta_fast", num("beta_fast", 32)},
+        {"beta_slow", num("beta_slow", 1)},
+        {"original_max_position_embeddings", static_cast<int64_t>(num("original_max_position_embeddings", 4096))},
+        {"truncate", false}}},
+      {"max_position_embeddings", static_cast<int64_t>(num("max_position_embeddings", 131072))},
+      {"sliding_window", static_cast<int64_t>(num("sliding_window_size", 128))},
+      {"layer_types", layer_types},
+      {"swiglu_limit", num("mlp_activations_limit", 7.0)},
+      {"attention_bias", k.count("layers.0.self_attention.query.bias") > 0},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", std::string(ir::dtype_name(emb.empty() ? ir::DType::kF32 : hf.at("model.embed_tokens.weight").shape().dtype())) == "bf16" ? "bfloat16" : "float32"},
+  };
+}
+
+}  // namespace kiln::checkpoint

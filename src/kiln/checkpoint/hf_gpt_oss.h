@@ -1,0 +1,45 @@
+// GPT-OSS weights between Kiln's MaxText layout (models/gpt_oss/gpt_oss.h) and Hugging
+// Face's (spec §1.1): names, transposes, and gate/up interleaving.
+//
+//   Kiln (MaxText)                               Hugging Face
+//   token_embedder.embedding [V, D]              model.embed_tokens.weight [V, D]
+//   layers.N.pre_self_attention_layer_norm.scale model.layers.N.input_layernorm.weight
+//   layers.N.post_self_attention_layer_norm.scale model.layers.N.post_attention_layernorm.weight
+//   layers.N.self_attention.query.kernel [D,H,Dh] ...self_attn.q_proj.weight [H*Dh, D] (transposed)
+//   layers.N.self_attention.query.bias [H, Dh]    ...self_attn.q_proj.bias [H*Dh]
+//   (key, value: k_proj, v_proj alike; out.kernel [H,Dh,D] -> o_proj.weight [D, H*Dh])
+//   layers.N.self_attention.sinks [H]             ...self_attn.sinks [H]
+//   layers.N.mlp.gate.kernel [D, E] / .bias [E]   ...mlp.router.weight [E, D] / .bias [E]
+//   layers.N.mlp.wi_0, wi_1 [E, D, I]             ...mlp.experts.gate_up_proj [E, D, 2I]: wi_0 even columns, wi_1 odd
+//   layers.N.mlp.wi_0_bias, wi_1_bias [E, I]      ...mlp.experts.gate_up_proj_bias [E, 2I], interleaved alike
+//   layers.N.mlp.wo [E, I, D] / wo_bias [E, D]    ...mlp.experts.down_proj [E, I, D] / down_proj_bias [E, D]
+//   decoder_norm.scale [D]                        model.norm.weight [D]
+//   logits_dense.kernel [D, V]                    lm_head.weight [V, D] (transposed)
+//
+// Both directions are pure data movement, so import -> export -> import is bit-exact.
+// Dimensions come from the tensors' shapes (H from sinks or query.bias/kernel).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/base/status.h"
+#include "kiln/ir/literal.h"
+
+namespace kiln::checkpoint {
+
+using TensorMap = std::map<std::string, ir::Literal>;
+
+// Kiln parameter names -> HF tensors. Fails naming the tensor that is missing or misshapen.
+Result<TensorMap> gpt_oss_to_hf(const TensorMap& kiln);
+// HF tensors -> Kiln parameter names (MXFP4 *_blocks / *_scales are not read yet).
+// `num_heads` is config.json's num_attention_heads.
+Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t num_heads);
+
+// A config.json for the HF GptOssForCausalLM from the Kiln tensors' shapes and a resolved
+// Kiln config (YAML text; rope and norm keys are read from it when present).
+Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& kiln, const std::string& config_yaml);
+
+}  // namespace kiln::checkpoint
