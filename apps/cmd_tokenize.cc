@@ -2,6 +2,7 @@
 //   kiln tokenize --output DIR [--tokenizer_type=bytes] FILE...   shards + manifest.json
 //   kiln tokenize --ids [--tokenizer_type=bytes]                    stdin text -> ids per line
 //   kiln tokenize --ids --decode                                    stdin ids -> text per line
+//   kiln tokenize --train_sentencepiece PREFIX --vocab_size N FILE... PREFIX.model, .vocab
 // Documents in a text file: paragraphs separated by blank lines or "%" lines; in a .jsonl
 // file, each line's "text" field (docs/data.md).
 #include <cstdio>
@@ -23,20 +24,33 @@ namespace kiln::app {
 std::function<int()> add_tokenize_command(CLI::App& cmd) {
   struct Options {
     std::vector<std::string> inputs;
-    std::string output, tokenizer_type = "bytes", tokenizer_path;
-    int64_t shard_tokens = 1 << 24;
+    std::string output, tokenizer_type = "bytes", tokenizer_path, train_sentencepiece;
+    int64_t shard_tokens = 1 << 24, vocab_size = 8000;
     bool ids = false, decode = false;
   };
   auto opts = std::make_shared<Options>();
   cmd.add_option("inputs", opts->inputs, "Text files (.jsonl: one {\"text\": ...} per line; else paragraphs)")
       ->type_name("FILE...");
   cmd.add_option("-o,--output", opts->output, "Directory for shard_NNNNN.bin and manifest.json");
-  cmd.add_option("--tokenizer_type", opts->tokenizer_type, "bytes (UTF-8 bytes + BOS/EOS, vocab 258)");
-  cmd.add_option("--tokenizer_path", opts->tokenizer_path, "Tokenizer model file (not needed for bytes)");
+  cmd.add_option("--tokenizer_type", opts->tokenizer_type,
+                 "bytes (UTF-8 bytes + BOS/EOS, vocab 258) or sentencepiece (needs --tokenizer_path)");
+  cmd.add_option("--tokenizer_path", opts->tokenizer_path, "Tokenizer model file (SentencePiece .model)");
+  cmd.add_option("--train_sentencepiece", opts->train_sentencepiece,
+                 "Train a SentencePiece unigram model on FILE... and write PREFIX.model and PREFIX.vocab")
+      ->type_name("PREFIX");
+  cmd.add_option("--vocab_size", opts->vocab_size, "With --train_sentencepiece: the vocabulary size");
   cmd.add_option("--shard_tokens", opts->shard_tokens, "Start a new shard after this many tokens");
   cmd.add_flag("--ids", opts->ids, "Read text on stdin and print its token ids, one line per input line");
   cmd.add_flag("--decode", opts->decode, "With --ids: read ids on stdin and print the text");
   return [opts]() -> int {
+    if (!opts->train_sentencepiece.empty()) {
+      if (opts->inputs.empty()) return report_error(invalid_argument("--train_sentencepiece needs input files"));
+      Status st = data::train_sentencepiece(opts->inputs, opts->train_sentencepiece, opts->vocab_size);
+      if (!st.ok()) return report_error(st);
+      fmt::print("wrote {}.model and {}.vocab (SentencePiece unigram, vocab_size {})\n", opts->train_sentencepiece,
+                 opts->train_sentencepiece, opts->vocab_size);
+      return kExitOk;
+    }
     Result<std::unique_ptr<data::Tokenizer>> tok = data::make_tokenizer(opts->tokenizer_type, opts->tokenizer_path);
     if (!tok.ok()) return report_error(tok.status());
     if (opts->ids || opts->decode) {

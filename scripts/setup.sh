@@ -10,6 +10,8 @@ PACKAGES=(
   libfmt-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libdnnl-dev
   python3 python3-numpy python3-torch
+  libsentencepiece-dev  # tokenizer_type=sentencepiece
+  fortunes-min  # the default real-text corpus (docs/data.md): /usr/share/games/fortunes
 )
 
 # One query for all packages; a package that is not installed (or unknown to dpkg) is

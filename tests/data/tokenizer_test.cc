@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
 #include "kiln/data/tokenizer.h"
 
 namespace kiln::data {
@@ -25,10 +30,36 @@ TEST(Tokenizers, FactoryBuildsBytesAndNamesWhatIsNotBuiltYet) {
   auto bytes = make_tokenizer("bytes", "");
   ASSERT_TRUE(bytes.ok());
   EXPECT_EQ((*bytes)->vocab_size(), 258);
-  auto sp = make_tokenizer("sentencepiece", "");
-  ASSERT_FALSE(sp.ok());
-  EXPECT_EQ(sp.status().code(), StatusCode::kUnimplemented);
+  EXPECT_FALSE(make_tokenizer("sentencepiece", "").ok());  // needs tokenizer_path
+  EXPECT_EQ(make_tokenizer("tiktoken", "o200k_base").status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(make_tokenizer("nope", "").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SentencePiece, TrainsOnACorpusAndRoundTripsText) {
+  if (!sentencepiece_available()) GTEST_SKIP() << "built without libsentencepiece";
+  std::string dir = ::testing::TempDir() + "kiln_sp_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir + "/corpus.txt");
+    const char* words[] = {"the", "cat", "sat", "on", "mat", "a", "dog", "ran", "in", "park", "sun", "is", "warm"};
+    for (int d = 0; d < 200; ++d) {
+      for (int w = 0; w < 12; ++w) out << words[(d * 7 + w * 3) % 13] << (w == 11 ? "\n\n" : " ");
+    }
+  }
+  ASSERT_TRUE(train_sentencepiece({dir + "/corpus.txt"}, dir + "/sp", 40).ok());
+  auto tok = make_tokenizer("sentencepiece", dir + "/sp.model");
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ((*tok)->bos_id(), 1);
+  EXPECT_EQ((*tok)->eos_id(), 2);
+  std::string text = "the cat sat on the warm mat";
+  std::vector<int32_t> ids = (*tok)->encode(text);
+  EXPECT_LT(ids.size(), text.size());  // pieces longer than one character
+  for (int32_t id : ids) EXPECT_LT(id, (*tok)->vocab_size());
+  auto back = (*tok)->decode(ids);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, text);
+  auto missing = make_tokenizer("sentencepiece", dir + "/none.model");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -21,12 +21,13 @@ Result<std::string> ByteTokenizer::decode(const std::vector<int32_t>& ids) const
 
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path) {
   if (type == "bytes") return std::unique_ptr<Tokenizer>(new ByteTokenizer());
-  if (type == "sentencepiece" || type == "tiktoken" || type == "huggingface") {
+  if (type == "sentencepiece") return load_sentencepiece(path);
+  if (type == "tiktoken" || type == "huggingface") {
     return unimplemented(
         "tokenizer_type={} (tokenizer_path={}) is not built yet; use tokenizer_type=bytes (UTF-8 bytes, vocab 258)",
         type, path.empty() ? "\"\"" : path);
   }
-  return invalid_argument("tokenizer_type={}: unknown; accepted: bytes (sentencepiece and tiktoken are planned)", type);
+  return invalid_argument("tokenizer_type={}: unknown; accepted: bytes, sentencepiece (tiktoken is planned)", type);
 }
 
 }  // namespace kiln::data

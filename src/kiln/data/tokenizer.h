@@ -1,8 +1,10 @@
 // Tokenizers, chosen by tokenizer_type / tokenizer_path:
 //   bytes: the UTF-8 bytes of the text (ids 0..255) plus BOS = 256 and EOS = 257
 //          (vocab 258). Needs no model file, so the pipeline works on any machine.
-// SentencePiece (Debian's libsentencepiece) and tiktoken BPE (o200k_harmony etc.) are not
-// built yet; asking for them is an unimplemented error that says so.
+//   sentencepiece: a SentencePiece model file (tokenizer_path) through Debian's
+//          libsentencepiece; train_sentencepiece() trains one on a corpus. Without the
+//          library at build time, both are unimplemented errors that say so.
+// tiktoken BPE (o200k_harmony etc.) is not built yet: asking for it is an unimplemented error.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,16 @@ class ByteTokenizer final : public Tokenizer {
   Result<std::string> decode(const std::vector<int32_t>& ids) const override;
 };
 
-// tokenizer_type "bytes"; anything else is unimplemented (or invalid_argument if unknown).
+// tokenizer_type "bytes" or "sentencepiece" (path: the .model file); tiktoken and
+// huggingface are unimplemented, anything else invalid_argument.
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path);
+
+// SentencePiece (sentencepiece_tokenizer.cc, or sentencepiece_missing.cc without the library).
+bool sentencepiece_available();
+Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& model_path);
+// Trains a unigram model on the documents of `inputs` (corpus.h's rules, one document per
+// sentence): writes MODEL_PREFIX.model and MODEL_PREFIX.vocab; unk 0, BOS 1, EOS 2.
+Status train_sentencepiece(const std::vector<std::string>& inputs, const std::string& model_prefix,
+                           int64_t vocab_size);
 
 }  // namespace kiln::data
