@@ -228,6 +228,12 @@ TEST(Checkpoint, KillDuringSaveLeavesThePreviousCheckpointLatest) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(loaded->step, 10);
   EXPECT_EQ(loaded->tensors[0], first.tensors[0]);
+  // The next save removes the dead process's temporary directory.
+  ASSERT_TRUE(save(dir, make_state(30, 3)).ok());
+  partial = false;
+  for (const auto& e : fs::directory_iterator(dir)) partial |= e.path().filename().string().find(".tmp-") != std::string::npos;
+  EXPECT_FALSE(partial);
+  EXPECT_EQ(list_steps(dir), (std::vector<int64_t>{10, 30}));
 }
 
 TEST(Checkpoint, AsyncSaverWritesInTheBackground) {

@@ -4,7 +4,12 @@
 // of another model is refused naming the tensor; async saving writes the same checkpoint.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,10 +47,12 @@ config::Config small_config(const std::string& out_dir, const std::string& run_n
   return *cfg;
 }
 
-Result<std::unique_ptr<Trainer>> make_trainer(const config::Config& cfg) {
+Result<std::unique_ptr<Trainer>> make_trainer(const config::Config& cfg,
+                                              std::function<void(const std::string&)> after_file = nullptr) {
   KILN_ASSIGN_OR_RETURN(auto model, models::make_model(cfg));
   TrainerOptions options;
   options.console = nullptr;
+  options.checkpoint_after_file = std::move(after_file);
   options.write_metrics_file = false;
   return Trainer::create(cfg, std::move(model), options);
 }
@@ -142,6 +149,50 @@ TEST(Resume, AsyncCheckpointingWritesTheSameCheckpoint) {
   auto b = checkpoint::load(checkpoint::step_dir((*async)->checkpoints_dir(), 4));
   ASSERT_TRUE(a.ok() && b.ok());
   for (size_t i = 0; i < a->names.size(); ++i) EXPECT_TRUE(a->tensors[i] == b->tensors[i]) << a->names[i];
+}
+
+TEST(Resume, KilledDuringTheSecondSaveResumesFromTheFirst) {
+  std::string dir = temp_dir("killed");
+  auto full = make_trainer(small_config(dir, "full"));
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  ASSERT_TRUE((*full)->run().ok());
+
+  // The child trains and is killed (SIGKILL) while writing checkpoint 20, after its state
+  // file and before its manifest.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int saves = 0;
+    auto hook = [&](const std::string& file) {
+      if (file == "state.safetensors" && ++saves == 2) {
+        char c = 1;
+        (void)!write(ready[1], &c, 1);
+        for (;;) pause();
+      }
+    };
+    auto t = make_trainer(small_config(dir, "killed"), hook);
+    if (t.ok()) (void)(*t)->run();
+    _exit(3);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  std::string ckpts = dir + "/killed/checkpoints";
+  EXPECT_EQ(checkpoint::list_steps(ckpts), (std::vector<int64_t>{10}));
+
+  // A restart resumes from checkpoint 10 and ends where the uninterrupted run did.
+  auto resumed = make_trainer(small_config(dir, "killed"));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ((*resumed)->restored_step(), 10);
+  ASSERT_TRUE((*resumed)->run().ok());
+  std::vector<ir::Literal> a = (*full)->params(), b = (*resumed)->params();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i] == b[i]) << "parameter " << i << " differs";
+  EXPECT_EQ(checkpoint::list_steps(ckpts), (std::vector<int64_t>{10, 20}));
 }
 
 }  // namespace

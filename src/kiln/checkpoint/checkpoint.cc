@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -101,6 +102,22 @@ Status save_into(const std::string& tmp, const CheckpointState& state, const Sav
   return fsync_path(tmp, /*directory=*/true);
 }
 
+// Removes "<step>.tmp-<pid>" and "<step>.old-<pid>" directories whose process is gone
+// (a save killed midway); a live process's save in progress is left alone.
+void remove_stale_temporaries(const std::string& checkpoints_dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    size_t at = name.find(".tmp-");
+    if (at == std::string::npos) at = name.find(".old-");
+    if (at == std::string::npos) continue;
+    const std::string pid_text = name.substr(at + 5);
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) fs::remove_all(entry.path(), ec);
+  }
+}
+
 void prune(const std::string& checkpoints_dir, int64_t max_to_keep) {
   if (max_to_keep <= 0) return;
   std::vector<int64_t> steps = list_steps(checkpoints_dir);
@@ -129,7 +146,7 @@ Status save(const std::string& checkpoints_dir, const CheckpointState& state, co
   if (ec) return io_error("creating {}: {}", checkpoints_dir, ec.message());
   const std::string final_dir = step_dir(checkpoints_dir, state.step);
   const std::string tmp = fmt::format("{}.tmp-{}", final_dir, ::getpid());
-  fs::remove_all(tmp, ec);
+  remove_stale_temporaries(checkpoints_dir);
   Status st = save_into(tmp, state, options);
   if (!st.ok()) {
     fs::remove_all(tmp, ec);
