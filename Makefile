@@ -5,6 +5,8 @@
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
 #   make bench   benchmarks (bench/): kernels and the whole step vs PyTorch
 BUILD_DIR ?= build
+# Paths under the checkout hash relative to it, so another clone (CI) reuses the compile cache.
+export CCACHE_BASEDIR := $(CURDIR)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 RUN_ARGS ?=
