@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -99,6 +100,34 @@ TEST(KilnTrainTokens, TokenizeThenTrainGptOssTinyAndTheLossFalls) {
   double first = l[0], last = (l[9] + l[10] + l[11]) / 3;
   EXPECT_GT(first, 4.5);
   EXPECT_LT(last, first - 1.5) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KilnTrainTokens, EvalIntervalReportsEvalLossAndPerplexityOnTheHeldOutSplit) {
+  std::string shards = temp("shards_eval");
+  std::filesystem::remove_all(shards);
+  ASSERT_EQ(kiln("tokenize --output " + shards + " " + make_corpus()).exit_code, 0);
+  std::string dir = temp("out_eval");
+  CliRun r = kiln(std::string("train ") + kTinyTokens + " steps=8 eval_interval=4 eval_steps=1 dataset_path=" +
+                  shards + " run_name=ev base_output_directory=" + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("eval: every 4 steps, 1 batches of the held-out split"), std::string::npos) << r.out;
+  std::regex re("eval after step (\\d+): eval loss ([0-9.]+), perplexity ([0-9.]+)");
+  std::vector<double> eval;
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), re), end; it != end; ++it) {
+    eval.push_back(std::stod((*it)[2]));
+    EXPECT_NEAR(std::stod((*it)[3]), std::exp(eval.back()), 0.01 * std::exp(eval.back()));
+  }
+  ASSERT_EQ(eval.size(), 2u) << r.out;
+  EXPECT_LT(eval[1], eval[0]) << r.out;  // the held-out sentences repeat the training ones
+  // Evaluating changes nothing: the same split without an evaluation in 8 steps gives the
+  // same training losses.
+  CliRun quiet = kiln(std::string("train ") + kTinyTokens + " steps=8 eval_interval=100 eval_steps=1 dataset_path=" +
+                      shards + " run_name=ev2 base_output_directory=" + dir);
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.out.find("eval after step"), std::string::npos);
+  EXPECT_EQ(losses(r.out), losses(quiet.out));
+  EXPECT_EQ(losses(r.out).size(), 8u);
   std::filesystem::remove_all(dir);
 }
 

@@ -2,6 +2,7 @@
 // document, masked padding), determinism, the data-parallel split and iterator state.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -231,6 +232,26 @@ TEST(TokenPipeline, BadInputIsReportedBeforeTraining) {
   auto empty = TokenPipeline::create(make_shards({{}, {}}), o);
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("empty corpus"), std::string::npos);
+}
+
+TEST(TokenPipeline, TrainAndEvalSplitsPartitionTheDocuments) {
+  PipelineOptions o;
+  o.global_batch = 1;
+  o.seq_len = 64;
+  o.packing = false;  // one document per row: rows count documents
+  std::vector<int> sizes(45, 3);
+  auto all = make_pipeline(sizes, o);
+  o.split = Split::kTrain;
+  auto train = make_pipeline(sizes, o);
+  o.split = Split::kEval;
+  auto eval = make_pipeline(sizes, o);
+  EXPECT_EQ(all->samples_per_epoch(), 45);
+  EXPECT_EQ(train->samples_per_epoch(), 43);  // documents 19 and 39 are held out
+  EXPECT_EQ(eval->samples_per_epoch(), 2);
+  std::set<int32_t> eval_docs;
+  for (int k = 0; k < 2; ++k) eval_docs.insert(eval->batch(k).inputs[1] / 10 - 1);
+  EXPECT_EQ(eval_docs, (std::set<int32_t>{19, 39}));
+  for (int k = 0; k < 43; ++k) EXPECT_EQ(eval_docs.count(train->batch(k).inputs[1] / 10 - 1), 0u);
 }
 
 TEST(TokenPipeline, ShardsFromSeveralFilesFormOneCorpus) {

@@ -30,7 +30,9 @@ Result<std::unique_ptr<TokenPipeline>> TokenPipeline::create(std::vector<std::un
   p->options_ = options;
   p->shards_ = std::move(shards);
   uint64_t fp = mix64(hash_combine(options.seed, static_cast<uint64_t>(options.seq_len)));
-  fp = hash_combine(fp, (options.add_bos ? 1 : 0) | (options.add_eos ? 2 : 0) | (options.packing ? 4 : 0));
+  fp = hash_combine(fp, (options.add_bos ? 1 : 0) | (options.add_eos ? 2 : 0) | (options.packing ? 4 : 0) |
+                            (static_cast<int>(options.split) << 3));
+  int64_t nonempty = 0;
   for (size_t s = 0; s < p->shards_.size(); ++s) {
     const Shard& shard = *p->shards_[s];
     const ShardInfo& info = shard.info();
@@ -58,12 +60,15 @@ Result<std::unique_ptr<TokenPipeline>> TokenPipeline::create(std::vector<std::un
       if (size == 0) continue;
       size += (options.add_bos ? 1 : 0) + (options.add_eos ? 1 : 0);
       if (size < 2) continue;  // no (input, target) pair
+      const bool eval_doc = nonempty++ % kEvalStride == kEvalStride - 1;
+      if ((options.split == Split::kTrain && eval_doc) || (options.split == Split::kEval && !eval_doc)) continue;
       p->docs_.push_back({static_cast<int32_t>(s), i, size});
       fp = hash_combine(fp, hash_combine(static_cast<uint64_t>(s), static_cast<uint64_t>(size)));
     }
   }
   if (p->docs_.empty()) {
-    return invalid_argument("empty corpus: no document in the {} shard(s) has two tokens", p->shards_.size());
+    return invalid_argument("empty corpus: no {}document in the {} shard(s) has two tokens",
+                            options.split == Split::kEval ? "eval (every 20th) " : "", p->shards_.size());
   }
   p->fingerprint_ = fp;
 
@@ -89,9 +94,10 @@ Result<std::unique_ptr<TokenPipeline>> TokenPipeline::create(std::vector<std::un
   }
   if (!row.empty()) p->rows_.push_back(std::move(row));
   if (static_cast<int64_t>(p->rows_.size()) < options.global_batch) {
-    return invalid_argument("the corpus packs into {} sequences of max_target_length={}, fewer than one global "
+    return invalid_argument("the {}corpus packs into {} sequences of max_target_length={}, fewer than one global "
                             "batch of {}; use more data or a smaller batch or sequence length",
-                            p->rows_.size(), T, options.global_batch);
+                            options.split == Split::kEval ? "eval split of the " : "", p->rows_.size(), T,
+                            options.global_batch);
   }
   return p;
 }

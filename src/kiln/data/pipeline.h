@@ -32,12 +32,18 @@ struct Batch {
   std::vector<int32_t> inputs, targets, positions, segmentation;
 };
 
+// Train/eval split by document: every kEvalStride-th document (counting the non-empty
+// documents of all shards in order) is an eval document.
+enum class Split { kAll, kTrain, kEval };
+inline constexpr int64_t kEvalStride = 20;
+
 struct PipelineOptions {
   int64_t global_batch = 1;  // G: rows per global batch
   int64_t seq_len = 1;       // T: max_target_length
   int64_t model_vocab = 0;   // every id must be below it (0: do not check)
   bool add_bos = true, add_eos = true, packing = true;
   uint64_t seed = 0;
+  Split split = Split::kAll;
 };
 
 struct IteratorState {

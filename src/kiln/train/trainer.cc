@@ -60,7 +60,7 @@ Status check_supported(const config::Config& config) {
 
 // dataset_type=tokens: the shards under dataset_path, packed into global batches of
 // micro_batch_size rows of max_target_length tokens (docs/data.md).
-Result<std::unique_ptr<data::TokenPipeline>> open_token_pipeline(const config::Config& config) {
+Result<std::unique_ptr<data::TokenPipeline>> open_token_pipeline(const config::Config& config, data::Split split) {
   KILN_ASSIGN_OR_RETURN(auto shards, data::open_shards(config.get_string("dataset_path")));
   data::PipelineOptions o;
   o.global_batch = config.derived().micro_batch_size;
@@ -70,6 +70,7 @@ Result<std::unique_ptr<data::TokenPipeline>> open_token_pipeline(const config::C
   o.add_eos = config.get_bool("add_eos");
   o.packing = config.get_bool("packing");
   o.seed = static_cast<uint64_t>(config.get_int("data_shuffle_seed"));
+  o.split = split;
   Result<std::unique_ptr<data::TokenPipeline>> p = data::TokenPipeline::create(std::move(shards), o);
   if (!p.ok()) return p.status().with_context("dataset_path=" + config.get_string("dataset_path"));
   return p;
@@ -145,12 +146,23 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
 
   // dataset_type=tokens: open and check the data before tracing or compiling anything.
   if (config.get_string("dataset_type") == "tokens") {
-    KILN_ASSIGN_OR_RETURN(t->tokens_, open_token_pipeline(config));
+    const bool eval = config.get_int("eval_interval") > 0;
+    KILN_ASSIGN_OR_RETURN(t->tokens_, open_token_pipeline(config, eval ? data::Split::kTrain : data::Split::kAll));
     t->print(fmt::format("data: token shards from {}: {} sequences of {} tokens per epoch (packing={}, "
                          "data_shuffle_seed={})",
                          config.get_string("dataset_path"), t->tokens_->samples_per_epoch(),
                          config.get_int("max_target_length"), config.get_bool("packing"),
                          config.get_int("data_shuffle_seed")));
+    if (eval) {
+      KILN_ASSIGN_OR_RETURN(t->eval_tokens_, open_token_pipeline(config, data::Split::kEval));
+      t->eval_interval_ = config.get_int("eval_interval");
+      const int64_t whole = std::max<int64_t>(1, t->eval_tokens_->samples_per_epoch() / d.micro_batch_size);
+      t->eval_batches_ = config.get_int("eval_steps") > 0 ? config.get_int("eval_steps") : whole;
+      t->print(fmt::format("eval: every {} steps, {} batches of the held-out split (every {}th document: {} "
+                           "sequences)",
+                           t->eval_interval_, t->eval_batches_, data::kEvalStride,
+                           t->eval_tokens_->samples_per_epoch()));
+    }
   }
 
   // Where the run writes.
@@ -444,7 +456,32 @@ Result<StepRecord> Trainer::run_step() {
     (void)extra_metrics_.flush();
     return loss_ok;
   }
+  if (eval_tokens_ && step_ % eval_interval_ == 0) KILN_RETURN_IF_ERROR(run_eval());
   return r;
+}
+
+Status Trainer::run_eval() {
+  // There is no forward-only program yet: each eval batch runs the training step and the
+  // state is put back, so the loss is the current parameters' and nothing is updated.
+  std::vector<ir::Literal> state;
+  for (int64_t i = 0; i < program_.num_state(); ++i) state.push_back(runner_->arg(i));
+  double xent = 0, weights = 0;
+  for (int64_t k = 0; k < eval_batches_; ++k) {
+    HostBatch batch = to_host_batch(eval_tokens_->batch(k));
+    runner_->set_arg(program_.batch_arg(0), batch.inputs);
+    runner_->set_arg(program_.batch_arg(1), batch.targets);
+    runner_->set_arg(program_.batch_arg(2), batch.positions);
+    runner_->set_arg(program_.batch_arg(3), batch.segmentation);
+    KILN_RETURN_IF_ERROR(runner_->run());
+    xent += runner_->metric(StepMetric::kXentSum);
+    weights += runner_->metric(StepMetric::kTotalWeights);
+    for (int64_t i = 0; i < program_.num_state(); ++i) runner_->set_arg(i, state[i]);
+  }
+  const double loss = weights > 0 ? xent / weights : 0.0;
+  print(fmt::format("eval after step {}: eval loss {:.3f}, perplexity {:.3f} ({} batches, {} target tokens)", step_,
+                    loss, std::exp(loss), eval_batches_, static_cast<int64_t>(weights)));
+  last_step_end_ = Clock::now();  // the next step's time excludes the evaluation
+  return ok_status();
 }
 
 Status Trainer::check_loss(const StepRecord& r) const {

@@ -93,6 +93,8 @@ class Trainer {
   Trainer() = default;
   Status check_loss(const StepRecord& r) const;
   void print(const std::string& line) const;
+  // Eval loss and perplexity of the current parameters on the eval split, printed.
+  Status run_eval();
   checkpoint::CheckpointState snapshot() const;
   // Restores `dir` (a step directory, or a checkpoints directory: its latest) into the state.
   Status restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,
@@ -103,6 +105,10 @@ class Trainer {
   StepProgram program_;
   SyntheticData data_{1, 1, 1, 0, true};
   std::unique_ptr<data::TokenPipeline> tokens_;  // dataset_type=tokens (else synthetic data_)
+  // eval_interval > 0 with dataset_type=tokens: the held-out split, evaluated every
+  // eval_interval steps on eval_batches_ batches (eval_steps, or -1: the whole split).
+  std::unique_ptr<data::TokenPipeline> eval_tokens_;
+  int64_t eval_interval_ = 0, eval_batches_ = 0;
   std::unique_ptr<StepRunner> runner_;  // holds the state; declared after program_, which it reads
   int64_t step_ = 0;
   int64_t steps_ = 0;
