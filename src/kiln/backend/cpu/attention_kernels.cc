@@ -22,6 +22,11 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+// GCC 12 warns of an uninitialized value inside many AVX-512 intrinsics (they pass
+// _mm512_undefined_ps() as the masked-off source; GCC bug 105593): not a bug here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 #include <algorithm>
@@ -61,7 +66,9 @@ inline float fast_exp(float x) {
 #if defined(__AVX512F__)
 inline __m512 exp16(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-87.0f);
-  __m512 t = _mm512_mul_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(1.44269504088896341f));
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);  // false below -87, for -inf and NaN
+  // (a blend rather than _mm512_max_ps, which trips GCC 12's -Wmaybe-uninitialized)
+  __m512 t = _mm512_mul_ps(_mm512_mask_blend_ps(keep, lo, x), _mm512_set1_ps(1.44269504088896341f));
   __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147180559945309f));
   __m512 p = _mm512_set1_ps(1.0f / 720);
@@ -72,21 +79,15 @@ inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
   __m512 r = _mm512_scalef_ps(p, n);
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), r);
+  return _mm512_maskz_mov_ps(keep, r);
 }
 #endif
 
 inline float row_max(const float* s) {
-#if defined(__AVX512F__)
-  static_assert(kBk == 64);
-  __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16)),
-                           _mm512_max_ps(_mm512_loadu_ps(s + 32), _mm512_loadu_ps(s + 48)));
-  return _mm512_reduce_max_ps(m);
-#else
   float m = kNegInf;
+#pragma omp simd reduction(max : m)
   for (int64_t c = 0; c < kBk; ++c) m = std::max(m, s[c]);
   return m;
-#endif
 }
 
 // s[c] = exp(s[c] - m); returns the sum.
@@ -146,6 +147,18 @@ void store(Buffer& b, int64_t i, float value) {
     b.as<uint16_t>()[i] = ir::float_to_bf16_bits(value);
   } else {
     b.as<float>()[i] = value;
+  }
+}
+
+// dst[offset, offset + n) = src * mul, in the buffer's dtype (resolved once per row).
+void store_row(Buffer& b, int64_t offset, const float* src, int64_t n, float mul) {
+  if (b.shape().dtype() == DType::kBF16) {
+    uint16_t* d = b.as<uint16_t>() + offset;
+    for (int64_t e = 0; e < n; ++e) d[e] = ir::float_to_bf16_bits(src[e] * mul);
+  } else {
+    float* d = b.as<float>() + offset;
+#pragma omp simd
+    for (int64_t e = 0; e < n; ++e) d[e] = src[e] * mul;
   }
 }
 
@@ -507,7 +520,7 @@ void forward(const Geometry& g, std::span<const Value* const> in, Buffer& out, B
       for (int64_t r = 0; r < nq; ++r) {
         const int64_t o = ((b * g.T + i0 + r) * g.H + h) * dh;
         const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-        for (int64_t e = 0; e < dh; ++e) store(out, o + e, acc[r * dh + e] * inv);
+        store_row(out, o, acc.data() + r * dh, dh, inv);
         lse_out[(b * g.H + h) * g.T + i0 + r] = l[r] > 0 ? m[r] + std::log(l[r]) : kNegInf;
       }
     }
@@ -601,9 +614,7 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
           accumulate_kv_grads<DH>(s.data(), dp.data(), qb, dob, nq, nk, dh, dkb, dvb);
         }
       }
-      for (int64_t i = 0; i < g.T; ++i) {
-        for (int64_t e = 0; e < dh; ++e) store(dq, q_off + i * g.H * dh + e, dqa[i * dh + e] * g.scale);
-      }
+      for (int64_t i = 0; i < g.T; ++i) store_row(dq, q_off + i * g.H * dh, dqa.data() + i * dh, dh, g.scale);
     }
   }
   // Sum the threads' copies into dk and dv ([B, S, K, Dh]).
@@ -611,15 +622,17 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
   for (int64_t row = 0; row < g.B * g.K * g.S; ++row) {
     const int64_t j = row % g.S, kh = (row / g.S) % g.K, b = row / (g.S * g.K);
     const int64_t o = ((b * g.S + j) * g.K + kh) * dh;
-    for (int64_t e = 0; e < dh; ++e) {
-      float sk = 0, sv = 0;
-      for (int t = 0; t < threads; ++t) {
-        sk += dk_acc[t * kv_elems + row * dh + e];
-        sv += dv_acc[t * kv_elems + row * dh + e];
+    float* sk = dk_acc.data() + row * dh;  // thread 0's copy collects the sum
+    float* sv = dv_acc.data() + row * dh;
+    for (int t = 1; t < threads; ++t) {
+#pragma omp simd
+      for (int64_t e = 0; e < dh; ++e) {
+        sk[e] += dk_acc[t * kv_elems + row * dh + e];
+        sv[e] += dv_acc[t * kv_elems + row * dh + e];
       }
-      store(dk, o + e, sk * g.scale);
-      store(dv, o + e, sv);
     }
+    store_row(dk, o, sk, dh, g.scale);
+    store_row(dv, o, sv, dh, 1.0f);
   }
 }
 
