@@ -21,7 +21,9 @@ config::Config moe_config(std::vector<std::string> extra) {
                   "base_num_kv_heads=2", "head_dim=16", "base_num_decoder_layers=2", "base_moe_mlp_dim=24",
                   "num_experts=4", "num_experts_per_tok=2", "vocab_size=64", "sliding_window_size=4",
                   "max_target_length=12", "per_device_batch_size=2", "steps=3", "executor=interpreter",
-                  "reuse_example_batch=1", "run_name=moe_metrics", "base_output_directory=" + out};
+                  "reuse_example_batch=1", "enable_checkpointing=false",
+                  "run_name=" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()),
+                  "base_output_directory=" + out};
   lo.overrides.insert(lo.overrides.end(), extra.begin(), extra.end());
   auto cfg = config::load(lo);
   KILN_CHECK(cfg.ok()) << cfg.status().to_string();
@@ -58,6 +60,7 @@ TEST(MoeMetrics, ExpertLoadEveryLogPeriod) {
 TEST(MoeMetrics, DroppedPairsWithACapacity) {
   // capacity_factor 0.5: 3 pairs per expert per sequence of 24 pairs: at least 12 dropped.
   std::vector<StepRecord> h = train(moe_config({"log_period=1", "capacity_factor=0.5"}));
+  ASSERT_EQ(h.size(), 3u);
   ASSERT_EQ(h[0].expert_load.size(), 6u);
   EXPECT_GE(h[0].expert_load[2], 12.0);
   EXPECT_GE(h[0].expert_load[5], 12.0);
