@@ -41,6 +41,7 @@ asan:
 # Benchmarks: every Google Benchmark binary under bench/, then the whole-step comparison
 # with PyTorch. Ratios are measured side by side in one run; see README "Benchmarks".
 bench: build
+	@bash scripts/setup_bench.sh
 	@for b in $(BUILD_DIR)/bench/*_bench; do [ -x "$$b" ] && "$$b" || true; done
 	/usr/bin/python3 bench/step_vs_torch.py --kiln $(BUILD_DIR)/kiln
 
