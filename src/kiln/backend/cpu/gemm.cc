@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <omp.h>
 
+#include "kiln/backend/cpu/bf16_convert.h"
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/backend/cpu/strided_copy.h"
 #include "kiln/base/check.h"
@@ -27,26 +28,6 @@ struct OperandPlan {
   std::vector<int64_t> copy_dims, copy_strides;  // the permuting strided copy
   int64_t rows = 1, cols = 1;
 };
-
-// f32 view of a buffer: itself when already f32, else a widened copy.
-Buffer widen(const Buffer& b) {
-  if (b.shape().dtype() == ir::DType::kF32) return b;
-  Buffer out(b.shape().with_dtype(ir::DType::kF32));
-  const uint16_t* src = b.as<uint16_t>();
-  float* dst = out.as<float>();
-  int64_t n = b.num_elements();
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) dst[i] = ir::bf16_bits_to_float(src[i]);
-  return out;
-}
-
-void narrow(const Buffer& wide, Buffer& out) {
-  const float* src = wide.as<float>();
-  uint16_t* dst = out.as<uint16_t>();
-  int64_t n = out.num_elements();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) dst[i] = ir::float_to_bf16_bits(src[i]);
-}
 
 bool is_identity(const std::vector<int64_t>& order) {
   for (size_t i = 0; i < order.size(); ++i) {
@@ -105,7 +86,7 @@ Kernel dot_kernel(const Instr& instr) {
   for (int64_t d : lb) batch *= lhs_dims[d];
   const int64_t M = lhs.rows, K = lhs.cols, N = rhs.cols;
   return [=](std::span<const Value* const> in, Value& out) {
-    Buffer a_wide = widen((*in[0])[0]), b_wide = widen((*in[1])[0]);
+    Buffer a_wide = widen_to_f32((*in[0])[0]), b_wide = widen_to_f32((*in[1])[0]);
     const float* A = a_wide.as<float>();
     const float* B = b_wide.as<float>();
     Buffer a_copy, b_copy;
@@ -139,7 +120,7 @@ Kernel dot_kernel(const Instr& instr) {
         for (int64_t i = 0; i < batch; ++i) one(i);
       }
     }
-    if (narrow_out) narrow(c_wide, out[0]);
+    if (narrow_out) narrow_to_bf16(c_wide, out[0]);
   };
 }
 

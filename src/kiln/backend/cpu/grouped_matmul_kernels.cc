@@ -14,6 +14,7 @@
 #include <cstring>
 #include <omp.h>
 
+#include "kiln/backend/cpu/bf16_convert.h"
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/base/check.h"
 
@@ -22,25 +23,6 @@ namespace kiln::backend::cpu {
 namespace {
 
 using ir::Instr;
-
-Buffer widen_f32(const Buffer& b) {
-  if (b.shape().dtype() == ir::DType::kF32) return b;
-  Buffer out(b.shape().with_dtype(ir::DType::kF32));
-  const uint16_t* src = b.as<uint16_t>();
-  float* dst = out.as<float>();
-  int64_t n = b.num_elements();
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) dst[i] = ir::bf16_bits_to_float(src[i]);
-  return out;
-}
-
-void narrow_bf16(const Buffer& wide, Buffer& out) {
-  const float* src = wide.as<float>();
-  uint16_t* dst = out.as<uint16_t>();
-  int64_t n = out.num_elements();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) dst[i] = ir::float_to_bf16_bits(src[i]);
-}
 
 struct Group {
   int64_t begin, end;
@@ -90,7 +72,7 @@ Kernel gmm_kernel(const Instr& instr) {
   const int64_t N = instr.shape().dim(1);
   const bool t = instr.attrs().get_int_or("transpose_rhs", 0) != 0;
   return [=](std::span<const Value* const> in, Value& out) {
-    Buffer x_wide = widen_f32((*in[0])[0]), w_wide = widen_f32((*in[1])[0]);
+    Buffer x_wide = widen_to_f32((*in[0])[0]), w_wide = widen_to_f32((*in[1])[0]);
     const float* X = x_wide.as<float>();
     const float* W = w_wide.as<float>();
     std::vector<Group> groups = groups_of((*in[2])[0], M);
@@ -116,7 +98,7 @@ Kernel gmm_kernel(const Instr& instr) {
               Y + tile.r0 * N + tile.c0, N);
       });
     }
-    if (narrow_out) narrow_bf16(y_wide, out[0]);
+    if (narrow_out) narrow_to_bf16(y_wide, out[0]);
   };
 }
 
@@ -124,7 +106,7 @@ Kernel tgmm_kernel(const Instr& instr) {
   const int64_t M = instr.operand(0)->shape().dim(0), K = instr.operand(0)->shape().dim(1);
   const int64_t N = instr.operand(1)->shape().dim(1);
   return [=](std::span<const Value* const> in, Value& out) {
-    Buffer x_wide = widen_f32((*in[0])[0]), d_wide = widen_f32((*in[1])[0]);
+    Buffer x_wide = widen_to_f32((*in[0])[0]), d_wide = widen_to_f32((*in[1])[0]);
     const float* X = x_wide.as<float>();
     const float* D = d_wide.as<float>();
     std::vector<Group> groups = groups_of((*in[2])[0], M);
@@ -148,7 +130,7 @@ Kernel tgmm_kernel(const Instr& instr) {
       sgemm('T', 'N', tile.k1 - tile.k0, tile.c1 - tile.c0, tile.r1 - tile.r0, X + tile.r0 * K + tile.k0, K,
             D + tile.r0 * N + tile.c0, N, O + tile.g * K * N + tile.k0 * N + tile.c0, N);
     });
-    if (narrow_out) narrow_bf16(o_wide, out[0]);
+    if (narrow_out) narrow_to_bf16(o_wide, out[0]);
   };
 }
 

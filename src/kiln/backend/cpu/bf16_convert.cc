@@ -1,0 +1,28 @@
+#include "kiln/backend/cpu/bf16_convert.h"
+
+#include "kiln/base/check.h"
+
+namespace kiln::backend::cpu {
+
+Buffer widen_to_f32(const Buffer& b) {
+  if (b.shape().dtype() == ir::DType::kF32) return b;
+  KILN_CHECK(b.shape().dtype() == ir::DType::kBF16) << "widen_to_f32 of " << b.shape().to_string();
+  Buffer out(b.shape().with_dtype(ir::DType::kF32));
+  const uint16_t* src = b.as<uint16_t>();
+  float* dst = out.as<float>();
+  int64_t n = b.num_elements();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = ir::bf16_bits_to_float(src[i]);
+  return out;
+}
+
+void narrow_to_bf16(const Buffer& wide, Buffer& out) {
+  KILN_CHECK(out.shape().dtype() == ir::DType::kBF16 && wide.num_elements() == out.num_elements());
+  const float* src = wide.as<float>();
+  uint16_t* dst = out.as<uint16_t>();
+  int64_t n = out.num_elements();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = ir::float_to_bf16_bits(src[i]);
+}
+
+}  // namespace kiln::backend::cpu
