@@ -59,12 +59,8 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   j["fused_kernels"] = r.fused_kernels;
   j["unique_fused_kernels"] = r.unique_kernels;
   j["gemms"] = r.gemms;
-  int64_t attention_ops = 0;  // fused attention and its backward (attention=flash); 0 on the composite path
-  for (const auto& instr : entry.instructions()) {
-    attention_ops += instr->opcode() == ir::Opcode::kAttention || instr->opcode() == ir::Opcode::kAttentionGrad;
-  }
-  j["attention_kernels"] = attention_ops;
-  j["grouped_matmuls"] = 0;     // the dropless grouped-matmul MoE is a later issue: MoE is dense
+  j["attention_kernels"] = r.attention_kernels;  // fused attention forward + backward (0 on the composite path)
+  j["grouped_matmuls"] = r.grouped_matmuls;      // MoE grouped matmuls (0 with sparse_matmul=false)
   j["library_kernels"] = r.library_kernels;
   j["fallback_kernels"] = r.fallback_kernels;
   j["fallback_by_op"] = r.fallback_by_op;

@@ -28,6 +28,8 @@ struct CompileReport {
   int64_t fused_kernels = 0;     // generated loop kernels (after deduplication: unique_kernels)
   int64_t unique_kernels = 0;
   int64_t gemms = 0;
+  int64_t attention_kernels = 0;  // fused attention forward and backward
+  int64_t grouped_matmuls = 0;    // grouped matmuls and their weight-gradient kernels (MoE)
   int64_t library_kernels = 0;   // hand-written native kernels (gather, sort, ...)
   int64_t fallback_kernels = 0;  // ops run through the reference evaluation (slow path)
   std::map<std::string, int64_t> fallback_by_op;  // which ops those are

@@ -146,15 +146,15 @@ int64_t index_at(const Buffer& idx, int64_t i) {
   return idx.shape().dtype() == ir::DType::kS32 ? idx.as<int32_t>()[i] : static_cast<int64_t>(idx.as<uint32_t>()[i]);
 }
 
-template <typename T>
-void gather_rows(const IndexGeometry& g, const T* x, const Buffer& idx, T* out) {
-#pragma omp parallel for collapse(2) schedule(static) if (g.batch * g.pre * g.m * g.post > (1 << 15))
+// Copies whole rows of `row_bytes` (any dtype: gathering only moves data).
+void gather_rows(const IndexGeometry& g, const std::byte* x, const Buffer& idx, std::byte* out, int64_t row_bytes) {
+#pragma omp parallel for collapse(2) schedule(static) if (g.batch * g.pre * g.m * row_bytes > (1 << 17))
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t p = 0; p < g.pre; ++p) {
       for (int64_t j = 0; j < g.m; ++j) {
         int64_t k = std::clamp<int64_t>(index_at(idx, b * g.m + j), 0, g.n - 1);
-        std::memcpy(out + ((b * g.pre + p) * g.m + j) * g.post, x + ((b * g.pre + p) * g.n + k) * g.post,
-                    static_cast<size_t>(g.post) * sizeof(T));
+        std::memcpy(out + ((b * g.pre + p) * g.m + j) * row_bytes, x + ((b * g.pre + p) * g.n + k) * row_bytes,
+                    static_cast<size_t>(row_bytes));
       }
     }
   }
@@ -184,13 +184,10 @@ bool float_data(const Instr& instr) {
 
 Kernel gather_kernel(const Instr& instr) {
   IndexGeometry g = index_geometry(instr);
-  bool f64 = instr.shape().dtype() == ir::DType::kF64;
-  return [g, f64](std::span<const Value* const> in, Value& out) {
-    if (f64) {
-      gather_rows(g, (*in[0])[0].as<double>(), (*in[1])[0], out[0].as<double>());
-    } else {
-      gather_rows(g, (*in[0])[0].as<float>(), (*in[1])[0], out[0].as<float>());
-    }
+  int64_t row_bytes = g.post * ir::dtype_size(instr.shape().dtype());
+  return [g, row_bytes](std::span<const Value* const> in, Value& out) {
+    gather_rows(g, static_cast<const std::byte*>((*in[0])[0].data()), (*in[1])[0], static_cast<std::byte*>(out[0].data()),
+                row_bytes);
   };
 }
 
@@ -220,7 +217,7 @@ std::vector<NativeKernelEntry> data_movement_kernels() {
       {ir::Opcode::kConcatenate, any, concatenate_kernel},
       {ir::Opcode::kPad, any, pad_kernel},
       {ir::Opcode::kIota, any, iota_kernel},
-      {ir::Opcode::kGather, float_data, gather_kernel},
+      {ir::Opcode::kGather, any, gather_kernel},
       {ir::Opcode::kScatterAdd, float_data, scatter_add_kernel},
   };
 }

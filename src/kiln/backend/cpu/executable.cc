@@ -121,10 +121,13 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
       default:
         if (const cpu::KernelFactory* native = cpu::find_native_kernel(*instr)) {
           step.kernel = (*native)(*instr);
-          if (instr->opcode() == Opcode::kDotGeneral) {
-            ++report_.gemms;
-          } else {
-            ++report_.library_kernels;
+          switch (instr->opcode()) {
+            case Opcode::kDotGeneral: ++report_.gemms; break;
+            case Opcode::kAttention:
+            case Opcode::kAttentionGrad: ++report_.attention_kernels; break;
+            case Opcode::kGroupedMatmul:
+            case Opcode::kGroupedMatmulWeightGrad: ++report_.grouped_matmuls; break;
+            default: ++report_.library_kernels;
           }
         } else {
           step.kernel = cpu::fallback_kernel(*instr);
