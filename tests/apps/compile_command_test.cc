@@ -2,26 +2,18 @@
 // consistent with the model and with each other.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/cli.h"
+
 namespace {
 
 std::string run(const std::string& args, int* exit_code) {
-  std::string cmd = std::string(KILN_BINARY) + " " + args + " 2>/dev/null";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while (p && (n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = p ? pclose(p) : -1;
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  kiln::testing::CliRun r = kiln::testing::run_command(KILN_BINARY, args);
+  *exit_code = r.exit_code;
+  return r.out;
 }
 
 TEST(CompileCommand, JsonReportForTinyModel) {

@@ -2,6 +2,8 @@
 // one-line error on stderr.
 #include <gtest/gtest.h>
 
+#include "tests/testing/cli.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,41 +13,10 @@
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-std::string read_file(const std::string& path) {
-  std::string text;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
-    std::fclose(f);
-  }
-  return text;
-}
+using kiln::testing::CliRun;
 
 // `args` is passed through the shell, so quote what needs quoting.
-CliRun kiln(const std::string& args) {
-  // One file per process: CTest runs the test cases in parallel.
-  std::string err_path =
-      ::testing::TempDir() + "kiln_cli_stderr_" + std::to_string(getpid()) + ".txt";
-  std::string cmd = std::string(KILN_BINARY) + " " + args + " 2>" + err_path;
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err_path);
-  std::remove(err_path.c_str());
-  return r;
-}
+CliRun kiln(const std::string& args) { return kiln::testing::run_command(KILN_BINARY, args); }
 
 TEST(KilnCli, VersionAndHelpExitZero) {
   CliRun v = kiln("--version");

@@ -3,6 +3,8 @@
 // errors (exit 2, nothing run) for a missing dataset and a vocabulary that is too small.
 #include <gtest/gtest.h>
 
+#include "tests/testing/cli.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,33 +20,15 @@
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using kiln::testing::CliRun;
+using kiln::testing::read_text_file;
 
 std::string temp(const std::string& name) {
   return ::testing::TempDir() + "kiln_data_cli_" + std::to_string(getpid()) + "_" + name;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 CliRun kiln(const std::string& args, const std::string& stdin_text = "") {
-  std::string in_path = temp("stdin.txt"), err_path = temp("stderr.txt");
-  std::ofstream(in_path) << stdin_text;
-  CliRun r;
-  FILE* p = popen((std::string(KILN_BINARY) + " " + args + " <" + in_path + " 2>" + err_path).c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err_path);
-  return r;
+  return kiln::testing::run_command(KILN_BINARY, args, stdin_text);
 }
 
 // A small English corpus: enough documents for a few batches of 2 × 16 tokens.

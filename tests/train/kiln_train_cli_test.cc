@@ -2,6 +2,8 @@
 // exit code 2 for a bad config (one line on stderr, nothing run) and 1 for a NaN loss.
 #include <gtest/gtest.h>
 
+#include "tests/testing/cli.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,36 +14,9 @@
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using kiln::testing::CliRun;
 
-std::string read_file(const std::string& path) {
-  std::string text;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
-    std::fclose(f);
-  }
-  return text;
-}
-
-CliRun kiln(const std::string& args) {
-  std::string err_path = ::testing::TempDir() + "kiln_train_cli_stderr_" + std::to_string(getpid()) + ".txt";
-  CliRun r;
-  FILE* p = popen((std::string(KILN_BINARY) + " " + args + " 2>" + err_path).c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err_path);
-  std::remove(err_path.c_str());
-  return r;
-}
+CliRun kiln(const std::string& args) { return kiln::testing::run_command(KILN_BINARY, args); }
 
 std::string out_dir(const std::string& name) {
   std::string dir = ::testing::TempDir() + "kiln_train_cli_" + name + "_" + std::to_string(getpid());
