@@ -3,6 +3,8 @@
 // dimension map.
 #include <gtest/gtest.h>
 
+#include "tests/testing/ir_eval.h"
+
 #include <random>
 
 #include "kiln/interp/interpreter.h"
@@ -34,28 +36,9 @@ std::string dot_module(const std::string& lhs, const std::string& rhs, const std
          " parameter(), index=1\n  ROOT %d = " + out + " dot_general(%a, %b), " + attrs + "\n}\n";
 }
 
-// Parses, verifies and runs a module; returns its (single) result.
-Literal run(const std::string& text, std::vector<Literal> args) {
-  auto m = ir::parse_module(text);
-  EXPECT_TRUE(m.ok()) << m.status().to_string() << "\n" << text;
-  if (!m.ok()) return Literal();
-  Status v = ops::verify(**m);
-  EXPECT_TRUE(v.ok()) << v.to_string();
-  auto r = interp::run(**m, args);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return Literal();
-  return (*r)[0];
-}
+Literal run(const std::string& text, std::vector<Literal> args) { return testing::run_module(text, args); }
 
-// The verifier's message for a module that must not verify.
-std::string verify_error(const std::string& text) {
-  auto m = ir::parse_module(text);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return "";
-  Status v = ops::verify(**m);
-  EXPECT_FALSE(v.ok()) << "verified but should not:\n" << text;
-  return v.message();
-}
+using testing::verify_error;
 
 const char* kMatmul = "lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}";
 

@@ -2,6 +2,8 @@
 // scatter indices, duplicates accumulating), gradient rules, cost and dimension maps.
 #include <gtest/gtest.h>
 
+#include "tests/testing/ir_eval.h"
+
 #include "kiln/interp/interpreter.h"
 #include "kiln/ir/parser.h"
 #include "kiln/ops/builder.h"
@@ -36,26 +38,9 @@ std::string scatter_module(const std::string& x, const std::string& idx, const s
          " scatter_add(%x, %i, %u), " + attrs + "\n}\n";
 }
 
-Literal run(const std::string& text, std::vector<Literal> args) {
-  auto m = ir::parse_module(text);
-  EXPECT_TRUE(m.ok()) << m.status().to_string() << "\n" << text;
-  if (!m.ok()) return Literal();
-  Status v = ops::verify(**m);
-  EXPECT_TRUE(v.ok()) << v.to_string();
-  auto r = interp::run(**m, args);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  if (!r.ok()) return Literal();
-  return (*r)[0];
-}
+Literal run(const std::string& text, std::vector<Literal> args) { return testing::run_module(text, args); }
 
-std::string verify_error(const std::string& text) {
-  auto m = ir::parse_module(text);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return "";
-  Status v = ops::verify(**m);
-  EXPECT_FALSE(v.ok()) << "verified but should not:\n" << text;
-  return v.message();
-}
+using testing::verify_error;
 
 // ---- gather ----
 

@@ -2,6 +2,8 @@
 // several rows), gradient rule, cost and dimension maps.
 #include <gtest/gtest.h>
 
+#include "tests/testing/ir_eval.h"
+
 #include <cmath>
 #include <limits>
 
@@ -38,26 +40,9 @@ std::string op_module(const std::string& x, const std::string& result, const std
 }
 
 // Runs the module; returns {values, indices}.
-std::vector<Literal> run(const std::string& text, Literal x) {
-  auto m = ir::parse_module(text);
-  EXPECT_TRUE(m.ok()) << m.status().to_string() << "\n" << text;
-  if (!m.ok()) return {};
-  Status v = ops::verify(**m);
-  EXPECT_TRUE(v.ok()) << v.to_string();
-  std::vector<Literal> args = {std::move(x)};
-  auto r = interp::run(**m, args);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? *r : std::vector<Literal>{};
-}
+std::vector<Literal> run(const std::string& text, Literal x) { return testing::run_module_outputs(text, {std::move(x)}); }
 
-std::string verify_error(const std::string& text) {
-  auto m = ir::parse_module(text);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return "";
-  Status v = ops::verify(**m);
-  EXPECT_FALSE(v.ok()) << "verified but should not:\n" << text;
-  return v.message();
-}
+using testing::verify_error;
 
 // ---- sort ----
 
