@@ -138,7 +138,10 @@ config::Config parity_config() {
                       "base_moe_mlp_dim=24", "base_mlp_dim=24", "num_experts=4", "num_experts_per_tok=2",
                       "vocab_size=80", "sliding_window_size=6", "load_balance_loss_weight=0.05",
                       "z_loss_multiplier=0.001", "dtype=float32", "max_target_length=20",
-                      "per_device_batch_size=2"});
+                      "per_device_batch_size=2",
+                      // Dense dispatch: the clamp statistics below read the [tokens, E, I]
+                      // activations; sparse == dense is tested in moe_dispatch_test.
+                      "sparse_matmul=false"});
 }
 
 // Seeded weights, scaled so that every feature is exercised: sinks comparable to the
