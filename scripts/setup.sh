@@ -12,6 +12,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch
   libsentencepiece-dev  # tokenizer_type=sentencepiece
   fortunes-min  # the default real-text corpus (docs/data.md): /usr/share/games/fortunes
+  python3-protobuf protobuf-compiler  # the independent TensorBoard event-file reader (tests/reference)
 )
 
 # One query for all packages; a package that is not installed (or unknown to dpkg) is
