@@ -26,12 +26,13 @@ TEST(ByteTokenizer, RoundTripsUtf8TextAndDropsSpecialIds) {
   EXPECT_FALSE(tok.decode({300}).ok());
 }
 
-TEST(Tokenizers, FactoryBuildsBytesAndNamesWhatIsNotBuiltYet) {
+TEST(Tokenizers, FactoryBuildsBytesAndRejectsUnknownTypes) {
   auto bytes = make_tokenizer("bytes", "");
   ASSERT_TRUE(bytes.ok());
   EXPECT_EQ((*bytes)->vocab_size(), 258);
   EXPECT_FALSE(make_tokenizer("sentencepiece", "").ok());  // needs tokenizer_path
-  EXPECT_EQ(make_tokenizer("tiktoken", "o200k_base").status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(make_tokenizer("tiktoken", "").status().code(), StatusCode::kInvalidArgument);  // needs tokenizer_path
+  EXPECT_EQ(make_tokenizer("huggingface", "openai/gpt-oss-20b").status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(make_tokenizer("nope", "").status().code(), StatusCode::kInvalidArgument);
 }
 

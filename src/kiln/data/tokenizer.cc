@@ -1,5 +1,7 @@
 #include "kiln/data/tokenizer.h"
 
+#include "kiln/data/tokenizer/tiktoken.h"
+
 namespace kiln::data {
 
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
@@ -22,12 +24,17 @@ Result<std::string> ByteTokenizer::decode(const std::vector<int32_t>& ids) const
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path) {
   if (type == "bytes") return std::unique_ptr<Tokenizer>(new ByteTokenizer());
   if (type == "sentencepiece") return load_sentencepiece(path);
-  if (type == "tiktoken" || type == "huggingface") {
-    return unimplemented(
-        "tokenizer_type={} (tokenizer_path={}) is not built yet; use tokenizer_type=bytes (UTF-8 bytes, vocab 258)",
-        type, path.empty() ? "\"\"" : path);
+  if (type == "tiktoken") {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<TiktokenTokenizer> t, TiktokenTokenizer::load(path));
+    return std::unique_ptr<Tokenizer>(std::move(t));
   }
-  return invalid_argument("tokenizer_type={}: unknown; accepted: bytes, sentencepiece (tiktoken is planned)", type);
+  if (type == "huggingface") {
+    return unimplemented(
+        "tokenizer_type=huggingface (tokenizer_path={}) is not built yet; for GPT-OSS use tokenizer_type=tiktoken "
+        "tokenizer_path=o200k_harmony",
+        path.empty() ? "\"\"" : path);
+  }
+  return invalid_argument("tokenizer_type={}: unknown; accepted: bytes, sentencepiece, tiktoken", type);
 }
 
 }  // namespace kiln::data

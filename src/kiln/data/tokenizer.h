@@ -4,7 +4,8 @@
 //   sentencepiece: a SentencePiece model file (tokenizer_path) through Debian's
 //          libsentencepiece; train_sentencepiece() trains one on a corpus. Without the
 //          library at build time, both are unimplemented errors that say so.
-// tiktoken BPE (o200k_harmony etc.) is not built yet: asking for it is an unimplemented error.
+//   tiktoken: OpenAI's byte-level BPE (tokenizer_path=o200k_harmony, o200k_base, cl100k_base,
+//          gpt2 or an encoder .json), tokenizer/tiktoken.h.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,8 @@ class Tokenizer {
   virtual int32_t eos_id() const = 0;  // -1: none
   // Text -> ids, without BOS/EOS (the input pipeline adds them).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
-  // Ids -> text; special ids are dropped, ids outside the vocabulary are invalid_argument.
+  // Ids -> text; ids outside the vocabulary are invalid_argument. bytes and sentencepiece
+  // drop BOS/EOS; tiktoken writes special tokens as their text (as tiktoken does).
   virtual Result<std::string> decode(const std::vector<int32_t>& ids) const = 0;
 };
 
@@ -41,8 +43,8 @@ class ByteTokenizer final : public Tokenizer {
   Result<std::string> decode(const std::vector<int32_t>& ids) const override;
 };
 
-// tokenizer_type "bytes" or "sentencepiece" (path: the .model file); tiktoken and
-// huggingface are unimplemented, anything else invalid_argument.
+// tokenizer_type "bytes", "sentencepiece" (path: the .model file) or "tiktoken" (path: an
+// encoding name or encoder .json); huggingface is unimplemented, anything else invalid_argument.
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path);
 
 // SentencePiece (sentencepiece_tokenizer.cc, or sentencepiece_missing.cc without the library).
