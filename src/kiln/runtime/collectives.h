@@ -1,0 +1,107 @@
+// The collective interface every device program calls: all-gather, reduce-scatter,
+// all-reduce, (ragged) all-to-all and barrier over a group of global device ids. Two worlds
+// implement it: LocalWorld (virtual devices as threads of one process, shared memory) and
+// MpiWorld (one MPI rank per process, several virtual devices each). The same per-device
+// program runs on both, and both give bitwise-identical results.
+//
+// Contract (SPMD): every member of a group calls the same collective, with the same group and
+// sizes, in the same order relative to its other collectives on groups that share members.
+// Buffers passed to a start call must stay valid (and `in` unchanged) until its wait().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/base/status.h"
+
+namespace kiln::runtime {
+
+// A collective's participants: global device ids in rank order (the position in the vector
+// is the rank whose chunk is which). Every member calls the same collective with the same group.
+using Group = std::vector<int64_t>;
+
+// Element types that can be summed. bf16 is stored as uint16_t and accumulated in f32; s32
+// wraps around on overflow (two's complement), like XLA.
+enum class ReduceDType { kF32, kF64, kBF16, kS32 };
+size_t reduce_dtype_size(ReduceDType dtype);
+const char* reduce_dtype_name(ReduceDType dtype);  // "f32", "f64", "bf16", "s32"
+
+// "[0,1,2,3]" for messages.
+std::string group_to_string(const Group& group);
+
+struct Options {
+  // Deadline of every wait, in seconds; <= 0 reads KILN_COLLECTIVE_TIMEOUT_S (default 600).
+  double timeout_s = 0;
+};
+inline constexpr double kDefaultCollectiveTimeoutS = 600;
+// The timeout a world built with `options` uses; a malformed KILN_COLLECTIVE_TIMEOUT_S is an
+// error naming the variable.
+Result<double> resolve_timeout_s(const Options& options);
+
+// An in-flight collective (async start/done pairs).
+class Pending {
+ public:
+  virtual ~Pending() = default;
+  // Completes this device's part. Error (not a hang) on timeout, on a dead peer, or when a
+  // member called a different collective; waiting twice is ok (the second returns at once).
+  virtual Status wait() = 0;
+};
+
+// One object per device; thread-compatible, not shared: only that device's thread calls it.
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int64_t device() const = 0;  // global device id
+  virtual int64_t num_devices() const = 0;
+
+  // out = concat over group ranks of every member's `in` (bytes each, same size on all).
+  virtual std::unique_ptr<Pending> all_gather(const Group& group, const void* in, size_t bytes,
+                                              void* out) = 0;
+  // in holds group.size() equal chunks of `count` elements; out (count elements) = sum over
+  // members of their chunk number my_rank. Sums in rank order so every device's result is
+  // bitwise identical whatever the timing; bf16 accumulates in f32, rounds once.
+  virtual std::unique_ptr<Pending> reduce_scatter(const Group& group, const void* in, void* out,
+                                                  size_t count, ReduceDType dtype) = 0;
+  // out (count elements) = sum over members of `in`, in rank order; in == out is allowed.
+  virtual std::unique_ptr<Pending> all_reduce(const Group& group, const void* in, void* out,
+                                              size_t count, ReduceDType dtype) = 0;
+  // in holds group.size() equal chunks of `chunk_bytes`; chunk j goes to rank j; out chunk i
+  // came from rank i.
+  virtual std::unique_ptr<Pending> all_to_all(const Group& group, const void* in, void* out,
+                                              size_t chunk_bytes) = 0;
+  // Ragged: send_bytes[j] bytes at in + send_offsets[j] go to rank j; recv_offsets[i] says
+  // where rank i's data lands in out (sizes are learned from the senders and written to
+  // (*recv_bytes)[i]; out has room for the worst case). The vectors are copied at the call;
+  // *recv_bytes must stay valid until wait().
+  virtual std::unique_ptr<Pending> ragged_all_to_all(const Group& group, const void* in,
+                                                     const std::vector<size_t>& send_offsets,
+                                                     const std::vector<size_t>& send_bytes,
+                                                     void* out,
+                                                     const std::vector<size_t>& recv_offsets,
+                                                     std::vector<size_t>* recv_bytes) = 0;
+  // Returns when every member has called barrier(group) (or an error at the deadline).
+  virtual Status barrier(const Group& group) = 0;
+};
+
+// A set of devices this process drives: LocalWorld or MpiWorld. Devices are numbered
+// globally rank * local_devices + local index.
+class World {
+ public:
+  virtual ~World() = default;
+  virtual int64_t rank() const = 0;       // this process's MPI rank (0 without MPI)
+  virtual int64_t num_ranks() const = 0;  // processes in the run (1 without MPI)
+  virtual int64_t local_devices() const = 0;
+  int64_t num_devices() const { return num_ranks() * local_devices(); }
+  int64_t first_device() const { return rank() * local_devices(); }
+  // The collectives of local device `local` (0 <= local < local_devices()).
+  virtual Collectives& device(int64_t local) = 0;
+  // Fails every local wait that is in flight or comes later with `why`, so no device of this
+  // process hangs after another one failed. (Other ranks learn of it from their timeouts, or
+  // sooner when the application ends the job: MpiWorld::abort_job.)
+  virtual void abort(const Status& why) = 0;
+};
+
+}  // namespace kiln::runtime
