@@ -11,6 +11,7 @@ PACKAGES=(
   libdnnl-dev
   python3 python3-numpy python3-torch
   libsentencepiece-dev  # tokenizer_type=sentencepiece
+  libopenmpi-dev openmpi-bin  # runtime: mpirun -np R across processes and hosts (docs/sharding.md)
   libpcre2-dev  # tokenizer_type=tiktoken: the split patterns (Unicode properties)
   fortunes-min  # the default real-text corpus (docs/data.md): /usr/share/games/fortunes
   python3-protobuf protobuf-compiler  # the independent TensorBoard event-file reader (tests/reference)
