@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/backend/buffer.h"
@@ -19,6 +20,10 @@ struct CompileOptions {
   std::string cache_dir;       // "" = $KILN_CACHE_DIR or ~/.cache/kiln
   bool verify_each = false;    // verify the module after every pass
   bool fuse = true;            // turn off to run every op as its own kernel (debugging)
+  // (output index, argument index) pairs: the caller donates the argument, so the output may
+  // be written into its storage (the train step's state is updated in place). The donated
+  // argument's contents are undefined after run().
+  std::vector<std::pair<int64_t, int64_t>> donated;
 };
 
 // What compilation made of the module, for `kiln compile` and tests.
@@ -36,12 +41,21 @@ struct CompileReport {
   int64_t kernels_compiled = 0;  // kernels the system compiler built this time (0 when cached)
   double compile_seconds = 0;
 
-  // Memory the executable needs, from its schedule (values freed after their last use).
+  // Memory the executable needs, from its buffer assignment (memory/). One run needs at
+  // most planned_peak_bytes = argument_bytes + constant_bytes + arena_bytes + output_bytes
+  // + kernel_scratch_bytes.
   int64_t argument_bytes = 0;      // all inputs (parameters, optimizer state, batch)
   int64_t constant_bytes = 0;      // constants materialized once
-  int64_t peak_value_bytes = 0;    // peak of intermediate values live at once
-  // Intermediate values live when the first gradient instruction (named "*.grad") runs:
-  // what the forward pass keeps for the backward pass. 0 when the program has no gradients.
+  int64_t peak_value_bytes = 0;    // peak of intermediate values live at once (schedule peak + outputs)
+  int64_t arena_bytes = 0;         // the one allocation every intermediate value lives in
+  int64_t output_bytes = 0;        // outputs with storage of their own (not donated in place)
+  int64_t kernel_scratch_bytes = 0;  // the most scratch one kernel allocates for itself
+  int64_t planned_peak_bytes = 0;
+  int64_t in_place_reuses = 0;     // fusion outputs written over a dying operand
+  int64_t donated_in_place = 0;    // donated outputs written into their argument's storage
+  std::string schedule;            // the order chosen: "list" (memory-aware) or "program_order"
+  // Arena bytes live when the first gradient instruction (named "*.grad") runs: what the
+  // forward pass keeps for the backward pass. 0 when the program has no gradients.
   int64_t saved_activation_bytes = 0;
 };
 

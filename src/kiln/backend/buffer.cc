@@ -74,6 +74,14 @@ Buffer Buffer::zeros(ir::Shape shape) {
   return b;
 }
 
+Buffer Buffer::in_storage(ir::Shape shape, const std::shared_ptr<std::byte[]>& storage, int64_t offset) {
+  KILN_CHECK(!shape.is_tuple()) << "Buffer of tuple shape " << shape.to_string();
+  Buffer b;
+  b.shape_ = std::move(shape);
+  b.data_ = std::shared_ptr<std::byte[]>(storage, storage.get() + offset);  // aliasing: shares ownership
+  return b;
+}
+
 Buffer Buffer::from_literal(const ir::Literal& literal) {
   Buffer b(literal.shape());
   for (int64_t i = 0; i < b.num_elements(); ++i) b.set(i, literal.at(i));

@@ -23,6 +23,8 @@ class Buffer {
   Buffer(ir::Shape shape, BufferPool& pool);
   static Buffer zeros(ir::Shape shape);
   static Buffer from_literal(const ir::Literal& literal);
+  // A buffer inside `storage` (an arena) at `offset` bytes; it keeps the storage alive.
+  static Buffer in_storage(ir::Shape shape, const std::shared_ptr<std::byte[]>& storage, int64_t offset);
 
   const ir::Shape& shape() const { return shape_; }
   int64_t num_elements() const { return shape_.num_elements(); }

@@ -1,12 +1,13 @@
 // The CPU executable: the module after the optimization pipeline, one kernel per remaining
 // instruction (generated loop kernels for fusions, oneDNN for f32 matmuls, native data
 // movement and reductions, the reference evaluation for the rest), run in program order.
-// Values are freed after their last use. A planned arena with in-place updates of donated
-// state comes with buffer assignment (memory/).
+// Steps run in the memory-aware schedule; every value lives where buffer assignment put
+// it (cpu/memory_plan.h: one arena per executable, donated state updated in place).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "kiln/backend/cpu/codegen.h"
 #include "kiln/backend/cpu/compile_cache.h"
 #include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/memory_plan.h"
 #include "kiln/base/check.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ops/registry.h"
@@ -50,12 +52,11 @@ class CpuExecutable : public Executable {
   bool profile_ = std::getenv("KILN_PROFILE_KERNELS") != nullptr;
   std::map<std::string, std::pair<double, int64_t>> profile_times_;
 
-  void estimate_memory();
-
   std::unique_ptr<ir::Module> module_;
   std::vector<Step> steps_;
   std::vector<std::vector<int>> frees_;  // per step: value slots whose last use it is
-  std::shared_ptr<BufferPool> pool_ = BufferPool::create();  // kernel outputs, reused step after step
+  cpu::MemoryPlan plan_;  // schedule, arena and where every value lives
+  std::mutex run_mu_;     // one run at a time: the arena is the executable's
   int root_slot_ = -1;
   std::unordered_map<const Instr*, Buffer> constants_;
   cpu::KernelLibrary library_;
@@ -94,9 +95,19 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   KILN_ASSIGN_OR_RETURN(library_, cpu::build_kernels(sources, cache_dir, options.dump_dir));
   report_.kernels_compiled = library_.chunks_compiled;
 
+  auto falls_back = [](const Instr* instr) {
+    switch (instr->opcode()) {
+      case Opcode::kParameter:
+      case Opcode::kConstant:
+      case Opcode::kTuple:
+      case Opcode::kGetTupleElement:
+      case Opcode::kFusion: return false;
+      default: return cpu::find_native_kernel(*instr) == nullptr;
+    }
+  };
+  KILN_RETURN_IF_ERROR(plan_.build(entry, options, falls_back, report_));
   std::unordered_map<const Instr*, int> slot;
-  for (const auto& owned : entry.instructions()) {
-    const Instr* instr = owned.get();
+  for (const Instr* instr : plan_.schedule()) {
     Step step{instr, {}, nullptr};
     for (const Instr* o : instr->operands()) step.inputs.push_back(slot.at(o));
     switch (instr->opcode()) {
@@ -148,9 +159,9 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   for (size_t v = 0; v < steps_.size(); ++v) {
     if (last_use[v] >= 0 && static_cast<int>(v) != root) frees_[last_use[v]].push_back(static_cast<int>(v));
   }
-  estimate_memory();
   if (!options.dump_dir.empty()) {
     std::ofstream(options.dump_dir + "/optimized.ir") << ir::print_module(*module_);
+    std::ofstream(options.dump_dir + "/buffer_assignment.txt") << plan_.to_string();
   }
   report_.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ok_status();
@@ -169,46 +180,19 @@ void CpuExecutable::print_profile() const {
   for (size_t i = 0; i < rows.size() && i < 25; ++i) std::fprintf(stderr, "%s\n", rows[i].second.c_str());
 }
 
-// Replays the schedule's allocations: every kernel output is a new buffer except views
-// (reshape, copy, stop_gradient) and plumbing; a value is freed after its last use.
-void CpuExecutable::estimate_memory() {
-  auto allocates = [](const Instr* i) {
-    switch (i->opcode()) {
-      case Opcode::kParameter:
-      case Opcode::kConstant:
-      case Opcode::kTuple:
-      case Opcode::kGetTupleElement:
-      case Opcode::kReshape:
-      case Opcode::kCopy:
-      case Opcode::kStopGradient: return false;
-      default: return true;
-    }
-  };
-  const ir::Computation& entry = *module_->entry();
-  for (int i = 0; i < entry.num_params(); ++i) report_.argument_bytes += entry.param(i)->shape().byte_size();
-  for (const auto& [instr, buffer] : constants_) report_.constant_bytes += buffer.byte_size();
-  int64_t live = 0;
-  bool boundary_seen = false;
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    const Instr* instr = steps_[s].instr;
-    const std::string& name = instr->meta().name;
-    if (!boundary_seen && name.size() > 5 && name.compare(name.size() - 5, 5, ".grad") == 0) {
-      boundary_seen = true;
-      report_.saved_activation_bytes = live;
-    }
-    if (allocates(instr)) live += instr->shape().byte_size();
-    report_.peak_value_bytes = std::max(report_.peak_value_bytes, live);
-    for (int dead : frees_[s]) {
-      if (allocates(steps_[dead].instr)) live -= steps_[dead].instr->shape().byte_size();
-    }
-  }
-}
-
 Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
   const ir::Computation& entry = *module_->entry();
   if (static_cast<int>(args.size()) != entry.num_params()) {
     return invalid_argument("the program takes {} arguments, got {}", entry.num_params(), args.size());
   }
+  for (int i = 0; i < entry.num_params(); ++i) {
+    if (args[i].shape() != entry.param(i)->shape()) {
+      return invalid_argument("argument {} has shape {}, expected {}", i, args[i].shape().to_string(),
+                              entry.param(i)->shape().to_string());
+    }
+  }
+  std::lock_guard<std::mutex> lock(run_mu_);
+  KILN_RETURN_IF_ERROR(plan_.begin_run(args));
   std::vector<Value> values(steps_.size());
   std::vector<const Value*> inputs;
   for (size_t s = 0; s < steps_.size(); ++s) {
@@ -234,8 +218,9 @@ Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
         inputs.clear();
         for (int in : step.inputs) inputs.push_back(&values[in]);
         auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-        if (!instr->shape().is_tuple()) out = {Buffer(instr->shape(), *pool_)};
+        plan_.prepare(instr, args, out);
         step.kernel(inputs, out);
+        plan_.settle(instr, args, out);
         if (profile_) {
           auto& slot = profile_times_[std::string(ir::opcode_name(instr->opcode())) + " " + instr->shape().to_string()];
           slot.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

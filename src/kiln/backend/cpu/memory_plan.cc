@@ -1,0 +1,139 @@
+#include "kiln/backend/cpu/memory_plan.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "kiln/base/check.h"
+
+namespace kiln::backend::cpu {
+
+using ir::Instr;
+using memory::Placement;
+
+Status MemoryPlan::build(const ir::Computation& computation, const CompileOptions& options,
+                         const std::function<bool(const Instr*)>& fallback, CompileReport& report) {
+  model_ = std::make_unique<sched::BufferModel>(computation);
+  sched::ScheduleChoice choice = sched::choose_schedule(computation, *model_);
+  memory::AssignmentOptions aopts;
+  aopts.donated = options.donated;
+  donated_ = options.donated;
+  KILN_ASSIGN_OR_RETURN(assignment_, memory::assign_buffers(computation, *model_, std::move(choice.schedule), aopts));
+  const memory::BufferAssignment& a = assignment_;
+  report.schedule = choice.name;
+  report.argument_bytes = a.argument_bytes;
+  report.constant_bytes = a.constant_bytes;
+  report.arena_bytes = a.arena_bytes;
+  report.output_bytes = a.output_bytes;
+  report.peak_value_bytes = a.max_live_arena_bytes + a.output_bytes;
+  report.saved_activation_bytes = a.saved_activation_bytes;
+  report.in_place_reuses = a.in_place_reuses;
+  report.donated_in_place = a.donated_in_place;
+  report.kernel_scratch_bytes = 0;
+  for (const Instr* instr : a.schedule) {
+    report.kernel_scratch_bytes = std::max(report.kernel_scratch_bytes, kernel_scratch_bytes(*instr, fallback(instr)));
+  }
+  report.planned_peak_bytes = a.argument_bytes + a.constant_bytes + a.arena_bytes + a.output_bytes +
+                              report.kernel_scratch_bytes;
+  return ok_status();
+}
+
+Status MemoryPlan::begin_run(std::span<const Buffer> args) {
+  for (const auto& [out, arg] : donated_) {
+    for (size_t other = 0; other < args.size(); ++other) {
+      if (static_cast<int64_t>(other) != arg && args[other].data() == args[arg].data() && args[arg].byte_size() > 0) {
+        return invalid_argument("argument {} is donated (updated in place) but shares its storage with argument {}",
+                                arg, other);
+      }
+    }
+  }
+  if (!arena_ && assignment_.arena_bytes > 0) {
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(64, static_cast<size_t>(assignment_.arena_bytes)));
+    KILN_CHECK(p != nullptr) << "out of memory allocating the " << assignment_.arena_bytes << "-byte arena";
+    arena_ = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { std::free(q); });
+  }
+  return ok_status();
+}
+
+Buffer MemoryPlan::planned(int id, std::span<const Buffer> args) {
+  const memory::Slot& slot = assignment_.slots[id];
+  const ir::Shape& shape = model_->buffer(id).shape;
+  switch (slot.placement) {
+    case Placement::kArena: return Buffer::in_storage(shape, arena_, slot.offset);
+    case Placement::kDonated: return args[slot.argument].view(shape);
+    case Placement::kOutput: return Buffer(shape, *pool_);
+    case Placement::kArgument:
+    case Placement::kConstant: break;
+  }
+  KILN_CHECK(false) << "no planned storage for a " << memory::placement_name(slot.placement) << " buffer";
+  return Buffer();
+}
+
+void MemoryPlan::prepare(const Instr* instr, std::span<const Buffer> args, Value& out) {
+  const auto& defined = model_->defined(instr);
+  out.clear();
+  if (defined.empty()) {
+    out.resize(1);  // a view: its kernel puts the operand's storage here
+    return;
+  }
+  for (int id : defined) out.push_back(planned(id, args));
+}
+
+void MemoryPlan::settle(const Instr* instr, std::span<const Buffer> args, Value& out) {
+  const auto& defined = model_->defined(instr);
+  KILN_CHECK(defined.empty() || out.size() == defined.size())
+      << "kernel gave " << out.size() << " buffers for " << instr->to_string();
+  for (size_t e = 0; e < defined.size(); ++e) {
+    Buffer want = planned(defined[e], args);
+    if (out[e].data() == want.data()) continue;
+    // The kernel allocated its own result: move it into the storage the plan gave it.
+    KILN_CHECK_EQ(out[e].byte_size(), want.byte_size()) << instr->to_string();
+    std::memcpy(want.data(), out[e].data(), static_cast<size_t>(want.byte_size()));
+    out[e] = std::move(want);
+  }
+}
+
+int64_t kernel_scratch_bytes(const Instr& instr, bool fallback) {
+  int64_t out_bytes = instr.shape().byte_size();
+  if (fallback) {
+    // Operands and result as ir::Literal (8 bytes per element), and the result's own Buffer.
+    int64_t elements = 0;
+    for (const Instr* o : instr.operands()) elements += o->shape().is_tuple() ? o->shape().byte_size() : o->shape().num_elements();
+    if (instr.shape().is_tuple()) {
+      for (const auto& e : instr.shape().elements()) elements += e.num_elements();
+    } else {
+      elements += instr.shape().num_elements();
+    }
+    return 8 * elements + out_bytes;
+  }
+  const int64_t threads = omp_get_max_threads();
+  auto widened = [](const ir::Shape& s) { return s.dtype() == ir::DType::kBF16 ? 4 * s.num_elements() : 0; };
+  switch (instr.opcode()) {
+    case ir::Opcode::kAttention:
+    case ir::Opcode::kAttentionGrad: {
+      // k [B, S, K, Dh]: packed into tiles of 64 keys (attention_kernels.cc KvPack).
+      const auto& k = instr.operand(1)->shape().dims();
+      const auto& q = instr.operand(0)->shape().dims();
+      const int64_t B = k[0], S = k[1], K = k[2], Dh = k[3], T = q[1];
+      const int64_t packed = 4 * B * K * ((S + 63) / 64) * 64 * Dh;
+      if (instr.opcode() == ir::Opcode::kAttention) return 2 * packed + out_bytes;  // kt, vr; out and lse
+      // kt, vt, kr; per-thread dk and dv copies and row buffers; dq, dk, dv (and dsinks).
+      return 3 * packed + 2 * threads * 4 * B * S * K * Dh + threads * 4 * (3 * T * Dh + 2 * T) + out_bytes;
+    }
+    case ir::Opcode::kDotGeneral:
+    case ir::Opcode::kGroupedMatmul:
+    case ir::Opcode::kGroupedMatmulWeightGrad: {
+      // bf16 operands widened to f32, a bf16 result computed in f32 first.
+      int64_t bytes = widened(instr.shape());
+      for (const Instr* o : instr.operands()) {
+        if (!o->shape().is_tuple()) bytes += widened(o->shape());
+      }
+      return bytes;
+    }
+    default: return 0;
+  }
+}
+
+}  // namespace kiln::backend::cpu

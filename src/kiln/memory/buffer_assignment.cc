@@ -1,0 +1,278 @@
+#include "kiln/memory/buffer_assignment.h"
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "kiln/base/check.h"
+#include "kiln/ops/registry.h"
+
+namespace kiln::memory {
+
+using ir::Instr;
+using ir::Opcode;
+using sched::BufferSource;
+using sched::LogicalBuffer;
+
+namespace {
+constexpr int64_t kAlign = 64;  // every arena offset: a cache line, as Buffer's own storage
+int64_t aligned(int64_t bytes) { return (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign; }
+
+bool is_reduce(Opcode op) { return op == Opcode::kReduceSum || op == Opcode::kReduceMax || op == Opcode::kReduceMin; }
+
+bool ends_with_grad(const std::string& name) {
+  return name.size() > 5 && name.compare(name.size() - 5, 5, ".grad") == 0;
+}
+}  // namespace
+
+const char* placement_name(Placement p) {
+  switch (p) {
+    case Placement::kArgument: return "argument";
+    case Placement::kConstant: return "constant";
+    case Placement::kArena: return "arena";
+    case Placement::kDonated: return "donated";
+    case Placement::kOutput: return "output";
+  }
+  return "?";
+}
+
+bool can_write_in_place(const Instr& instr, int operand) {
+  if (instr.opcode() != Opcode::kFusion || instr.shape().is_tuple() || instr.called().empty()) return false;
+  const ir::Computation& body = *instr.called()[0];
+  const Instr* root = body.root();
+  if (root->shape().is_tuple() || is_reduce(root->opcode())) return false;
+  if (root->shape().dims() != instr.shape().dims()) return false;
+  const Instr* param = nullptr;
+  for (const Instr* p : body.params()) {
+    if (p->attrs().get_int("index") == operand) param = p;
+  }
+  if (param == nullptr) return false;
+  if (param->shape().is_tuple() || param->shape().dims() != instr.shape().dims() ||
+      ir::dtype_size(param->shape().dtype()) != ir::dtype_size(instr.shape().dtype())) {
+    return false;
+  }
+  for (const Instr* user : param->users()) {
+    if (!ops::op_def(user->opcode()).elementwise) return false;
+    if (user->shape().is_tuple() || user->shape().dims() != instr.shape().dims()) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Whether `instr` reads buffer `b` only through operands it may overwrite in place.
+bool reads_only_in_place(const Instr& instr, const sched::BufferModel& model, int b) {
+  bool reads = false;
+  for (int k = 0; k < instr.num_operands(); ++k) {
+    const auto& leaves = model.leaves(instr.operand(k));
+    if (std::find(leaves.begin(), leaves.end(), b) == leaves.end()) continue;
+    reads = true;
+    if (leaves.size() != 1 || !can_write_in_place(instr, k)) return false;
+  }
+  return reads;
+}
+
+struct Group {
+  std::vector<int> members;
+  int start = 0, end = 0;
+  int64_t bytes = 0;
+  int64_t offset = -1;
+};
+
+// Greedy by decreasing size, best fit (XLA's GlobalDecreasingSizeBestFit): each group goes
+// into the smallest gap between the groups already placed whose lifetimes overlap its own.
+int64_t place(std::vector<Group>& groups) {
+  std::vector<int> order(groups.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (groups[a].bytes != groups[b].bytes) return groups[a].bytes > groups[b].bytes;
+    return groups[a].start < groups[b].start;
+  });
+  std::vector<int> placed;
+  int64_t arena = 0;
+  std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, offset + bytes) of overlapping groups
+  for (int g : order) {
+    Group& me = groups[g];
+    busy.clear();
+    for (int p : placed) {
+      const Group& other = groups[p];
+      if (other.start <= me.end && me.start <= other.end) busy.push_back({other.offset, other.offset + other.bytes});
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t best = -1, best_gap = 0, cursor = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo - cursor >= me.bytes && (best < 0 || lo - cursor < best_gap)) {
+        best = cursor;
+        best_gap = lo - cursor;
+      }
+      cursor = std::max(cursor, hi);
+    }
+    me.offset = best >= 0 ? best : cursor;
+    arena = std::max(arena, me.offset + me.bytes);
+    placed.push_back(g);
+  }
+  return arena;
+}
+
+}  // namespace
+
+Result<BufferAssignment> assign_buffers(const ir::Computation& computation, const sched::BufferModel& model,
+                                        sched::Schedule schedule, const AssignmentOptions& options) {
+  BufferAssignment a;
+  a.schedule = std::move(schedule);
+  const int n = static_cast<int>(a.schedule.size());
+  std::unordered_map<const Instr*, int> pos;
+  for (int s = 0; s < n; ++s) pos[a.schedule[s]] = s;
+  KILN_CHECK_EQ(pos.size(), computation.instructions().size()) << "schedule does not cover the computation";
+
+  const auto& buffers = model.buffers();
+  a.slots.resize(buffers.size());
+  for (const LogicalBuffer& b : buffers) {
+    Slot& slot = a.slots[b.id];
+    slot.start = slot.end = pos.at(b.def);
+  }
+  for (int s = 0; s < n; ++s) {
+    for (int b : model.used(a.schedule[s])) a.slots[b].end = std::max(a.slots[b].end, s);
+  }
+  for (const LogicalBuffer& b : buffers) {
+    Slot& slot = a.slots[b.id];
+    if (b.output) slot.end = n;  // the caller reads it after the run
+    switch (b.source) {
+      case BufferSource::kArgument:
+        slot.placement = Placement::kArgument;
+        slot.argument = static_cast<int>(b.def->attrs().get_int("index"));
+        a.argument_bytes += b.bytes;
+        break;
+      case BufferSource::kConstant:
+        slot.placement = Placement::kConstant;
+        a.constant_bytes += b.bytes;
+        break;
+      case BufferSource::kComputed: slot.placement = b.output ? Placement::kOutput : Placement::kArena; break;
+    }
+  }
+
+  // Donated state: the output written into its argument's storage when the argument is
+  // read for the last time before (or, in place, by) the instruction computing the output.
+  const auto& outputs = model.outputs();
+  std::vector<bool> argument_taken(computation.num_params(), false);
+  for (const auto& [out, arg] : options.donated) {
+    if (out < 0 || out >= static_cast<int64_t>(outputs.size())) {
+      return invalid_argument("donated output {} out of range: the program has {} outputs", out, outputs.size());
+    }
+    if (arg < 0 || arg >= computation.num_params()) {
+      return invalid_argument("donated argument {} out of range: the program has {} arguments", arg,
+                              computation.num_params());
+    }
+    ++a.donated_requested;
+    int r = outputs[out];
+    const auto& param_leaves = model.leaves(computation.param(static_cast<int>(arg)));
+    if (param_leaves.size() != 1 || argument_taken[arg]) continue;
+    int p = param_leaves[0];
+    const LogicalBuffer& rb = buffers[r];
+    if (rb.source != BufferSource::kComputed || a.slots[r].placement != Placement::kOutput) continue;
+    if (buffers[p].output || rb.bytes != buffers[p].bytes) continue;  // a passed-through argument stays as it is
+    if (std::count(outputs.begin(), outputs.end(), r) != 1) continue;
+    const Slot& ps = a.slots[p];
+    Slot& rs = a.slots[r];
+    if (ps.end > rs.start) continue;  // the argument is still read after the output is written
+    if (ps.end == rs.start) {
+      if (rb.def->shape().is_tuple() || !reads_only_in_place(*rb.def, model, p)) continue;
+      rs.in_place_of = p;
+    }
+    rs.placement = Placement::kDonated;
+    rs.argument = static_cast<int>(arg);
+    argument_taken[arg] = true;
+    ++a.donated_in_place;
+  }
+
+  // In-place reuse and arena groups: a buffer joins its operand's group when the fusion
+  // writing it is that operand's last reader.
+  std::vector<int> group_of(buffers.size(), -1);
+  std::vector<Group> groups;
+  for (int s = 0; s < n; ++s) {
+    const Instr* instr = a.schedule[s];
+    for (int r : model.defined(instr)) {
+      if (a.slots[r].placement != Placement::kArena) continue;
+      int joined = -1;
+      if (options.in_place && !instr->shape().is_tuple()) {
+        for (int b : model.used(instr)) {
+          int g = group_of[b];
+          if (g < 0 || groups[g].end != s || groups[g].members.back() != b) continue;
+          if (buffers[b].bytes != buffers[r].bytes || !reads_only_in_place(*instr, model, b)) continue;
+          joined = g;
+          a.slots[r].in_place_of = b;
+          ++a.in_place_reuses;
+          break;
+        }
+      }
+      if (joined < 0) {
+        joined = static_cast<int>(groups.size());
+        groups.push_back({{}, a.slots[r].start, a.slots[r].end, aligned(buffers[r].bytes), -1});
+      }
+      Group& g = groups[joined];
+      g.members.push_back(r);
+      g.end = std::max(g.end, a.slots[r].end);
+      group_of[r] = joined;
+    }
+  }
+  a.arena_bytes = place(groups);
+  for (const Group& g : groups) {
+    for (int m : g.members) a.slots[m].offset = g.offset;
+  }
+  for (const LogicalBuffer& b : buffers) {
+    if (a.slots[b.id].placement == Placement::kOutput) a.output_bytes += b.bytes;
+  }
+
+  // Arena bytes live per step (a group occupies its storage from start through end).
+  std::vector<int64_t> delta(n + 2, 0);
+  for (const Group& g : groups) {
+    delta[g.start] += g.bytes;
+    delta[std::min(g.end, n) + 1] -= g.bytes;
+  }
+  int64_t live = 0;
+  int first_grad = -1;
+  for (int s = 0; s < n; ++s) {
+    if (first_grad < 0 && ends_with_grad(a.schedule[s]->meta().name)) first_grad = s;
+  }
+  for (int s = 0; s < n; ++s) {
+    live += delta[s];
+    a.max_live_arena_bytes = std::max(a.max_live_arena_bytes, live);
+  }
+  if (first_grad >= 0) {
+    // Values written before the first gradient instruction and read at or after it.
+    for (const Group& g : groups) {
+      if (g.start < first_grad && g.end >= first_grad) a.saved_activation_bytes += g.bytes;
+    }
+  }
+  return a;
+}
+
+std::string BufferAssignment::to_string(const sched::BufferModel& model) const {
+  std::string out = fmt::format(
+      "# buffer assignment: {} steps; arena {} bytes (schedule peak {}), outputs of their own {} bytes, "
+      "arguments {} bytes, constants {} bytes\n# in-place reuses {}, donated outputs written in place {} of {}, "
+      "saved activations {} bytes\n# step instruction[element] shape placement offset/argument lifetime\n",
+      schedule.size(), arena_bytes, max_live_arena_bytes, output_bytes, argument_bytes, constant_bytes,
+      in_place_reuses, donated_in_place, donated_requested, saved_activation_bytes);
+  for (size_t s = 0; s < schedule.size(); ++s) {
+    const Instr* instr = schedule[s];
+    for (int b : model.defined(instr)) {
+      const Slot& slot = slots[b];
+      const LogicalBuffer& lb = model.buffer(b);
+      std::string where = slot.placement == Placement::kArena ? fmt::format("@{}", slot.offset)
+                          : slot.argument >= 0               ? fmt::format("arg{}", slot.argument)
+                                                             : std::string("-");
+      std::string in_place =
+          slot.in_place_of >= 0 ? fmt::format(" in_place_of=%{}[{}]", model.buffer(slot.in_place_of).def->id(),
+                                              model.buffer(slot.in_place_of).element)
+                                : "";
+      out += fmt::format("{} %{}[{}] {} {} {} [{}, {}]{}\n", s, instr->id(), lb.element, lb.shape.to_string(),
+                         placement_name(slot.placement), where, slot.start, slot.end, in_place);
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::memory
