@@ -6,8 +6,9 @@
 //
 // Padding rows past the groups are zeroed, empty groups skipped (their weight gradient is
 // zero). Each group's product is cut into tiles that one OpenMP loop hands to the threads
-// (oneDNN runs single-threaded inside the parallel region). bf16 operands are widened to
-// f32 and the result rounded once, as gemm.cc does for dot_general.
+// (oneDNN runs single-threaded inside the parallel region). bf16 operands run each tile on
+// oneDNN's bf16 matmul (bf16_matmul.h: f32 accumulation, the f32 or bf16 result written
+// directly); f32 operands on sgemm.
 #include <dnnl.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <omp.h>
 
 #include "kiln/backend/cpu/bf16_convert.h"
+#include "kiln/backend/cpu/bf16_matmul.h"
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/base/check.h"
 
@@ -67,10 +69,85 @@ void run_tiles(const std::vector<Tile>& tiles, Fn&& fn) {
   for (int64_t i = 0; i < n; ++i) fn(tiles[i]);
 }
 
+// Tiles of one group's rows [r0, r1) x output columns [c0, c1), every group's row range cut
+// into kTileRows rows and the output into kTileCols columns.
+std::vector<Tile> gmm_tiles(const std::vector<Group>& groups, int64_t N) {
+  std::vector<Tile> tiles;
+  for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
+    for (int64_t r = groups[g].begin; r < groups[g].end; r += kTileRows) {
+      for (int64_t c = 0; c < N; c += kTileCols) {
+        tiles.push_back({g, r, std::min(r + kTileRows, groups[g].end), c, std::min(c + kTileCols, N), 0, 0});
+      }
+    }
+  }
+  return tiles;
+}
+
+// bf16 x [M, K] @ w [E, K, N] (or [E, N, K] with transpose_rhs) -> [M, N] f32 or bf16.
+Kernel bf16_gmm_kernel(const Instr& instr) {
+  const int64_t M = instr.operand(0)->shape().dim(0), K = instr.operand(0)->shape().dim(1);
+  const int64_t N = instr.shape().dim(1);
+  const bool t = instr.attrs().get_int_or("transpose_rhs", 0) != 0;
+  const bool f32_out = instr.shape().dtype() == ir::DType::kF32;
+  const size_t out_elem = f32_out ? 4 : 2;
+  return [=](std::span<const Value* const> in, Value& out) {
+    const uint16_t* X = (*in[0])[0].as<uint16_t>();
+    const uint16_t* W = (*in[1])[0].as<uint16_t>();
+    std::vector<Group> groups = groups_of((*in[2])[0], M);
+    char* Y = static_cast<char*>(out[0].data());
+    int64_t used = groups.empty() ? 0 : groups.back().end;
+    if (used < M) std::memset(Y + used * N * out_elem, 0, out_elem * (M - used) * N);  // padding rows
+    if (N == 0) return;
+    run_tiles(gmm_tiles(groups, N), [&](const Tile& tile) {
+      Bf16MatmulDesc d;
+      d.m = tile.r1 - tile.r0, d.n = tile.c1 - tile.c0, d.k = K;
+      d.trans_b = t, d.lda = K, d.ldb = t ? K : N, d.ldc = N, d.f32_out = f32_out;
+      // w[g] is [K, N] (row stride N), or [N, K] with transpose_rhs (row stride K).
+      const uint16_t* Wg = W + tile.g * K * N + (t ? tile.c0 * K : tile.c0);
+      bf16_matmul(d, X + tile.r0 * K, Wg, Y + (tile.r0 * N + tile.c0) * out_elem);
+    });
+  };
+}
+
+// bf16 x [M, K], dy [M, N] -> per group x[rows]^T dy[rows]: [E, K, N] f32 or bf16.
+Kernel bf16_tgmm_kernel(const Instr& instr) {
+  const int64_t M = instr.operand(0)->shape().dim(0), K = instr.operand(0)->shape().dim(1);
+  const int64_t N = instr.operand(1)->shape().dim(1);
+  const bool f32_out = instr.shape().dtype() == ir::DType::kF32;
+  const size_t out_elem = f32_out ? 4 : 2;
+  return [=](std::span<const Value* const> in, Value& out) {
+    const uint16_t* X = (*in[0])[0].as<uint16_t>();
+    const uint16_t* D = (*in[1])[0].as<uint16_t>();
+    std::vector<Group> groups = groups_of((*in[2])[0], M);
+    char* O = static_cast<char*>(out[0].data());
+    std::vector<Tile> tiles;
+    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
+      if (groups[g].end == groups[g].begin) {
+        std::memset(O + g * K * N * out_elem, 0, K * N * out_elem);  // an empty group's gradient is zero
+        continue;
+      }
+      for (int64_t k = 0; k < K; k += kTileRows) {
+        for (int64_t c = 0; c < N; c += kTileCols) {
+          tiles.push_back({g, groups[g].begin, groups[g].end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
+        }
+      }
+    }
+    run_tiles(tiles, [&](const Tile& tile) {
+      // out[g][k0:k1, c0:c1] = x[rows, k0:k1]^T dy[rows, c0:c1]
+      Bf16MatmulDesc d;
+      d.m = tile.k1 - tile.k0, d.n = tile.c1 - tile.c0, d.k = tile.r1 - tile.r0;
+      d.trans_a = true, d.lda = K, d.ldb = N, d.ldc = N, d.f32_out = f32_out;
+      bf16_matmul(d, X + tile.r0 * K + tile.k0, D + tile.r0 * N + tile.c0,
+                  O + (tile.g * K * N + tile.k0 * N + tile.c0) * out_elem);
+    });
+  };
+}
+
 Kernel gmm_kernel(const Instr& instr) {
   const int64_t M = instr.operand(0)->shape().dim(0), K = instr.operand(0)->shape().dim(1);
   const int64_t N = instr.shape().dim(1);
   const bool t = instr.attrs().get_int_or("transpose_rhs", 0) != 0;
+  if (instr.operand(0)->shape().dtype() == ir::DType::kBF16) return bf16_gmm_kernel(instr);
   return [=](std::span<const Value* const> in, Value& out) {
     Buffer x_wide = widen_to_f32((*in[0])[0]), w_wide = widen_to_f32((*in[1])[0]);
     const float* X = x_wide.as<float>();
@@ -105,6 +182,7 @@ Kernel gmm_kernel(const Instr& instr) {
 Kernel tgmm_kernel(const Instr& instr) {
   const int64_t M = instr.operand(0)->shape().dim(0), K = instr.operand(0)->shape().dim(1);
   const int64_t N = instr.operand(1)->shape().dim(1);
+  if (instr.operand(0)->shape().dtype() == ir::DType::kBF16) return bf16_tgmm_kernel(instr);
   return [=](std::span<const Value* const> in, Value& out) {
     Buffer x_wide = widen_to_f32((*in[0])[0]), d_wide = widen_to_f32((*in[1])[0]);
     const float* X = x_wide.as<float>();
