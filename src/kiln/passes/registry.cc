@@ -6,6 +6,7 @@
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/remat.h"
 #include "kiln/passes/simplify.h"
 
 namespace kiln::passes {
@@ -18,6 +19,8 @@ const std::vector<PassInfo>& registered_passes() {
        [] { return std::make_unique<SimplifyPass>(); }},
       {"fusion", "groups elementwise ops into loop fusions (one generated kernel each)",
        [] { return std::make_unique<FusionPass>(); }},
+      {"remat", "recomputes decoder-layer activations in the backward pass (remat_policy=full; compile uses the config's)",
+       [] { return std::make_unique<RematPass>(RematPolicy::from_name("full").value()); }},
   };
   return passes;
 }
