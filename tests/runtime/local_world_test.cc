@@ -104,6 +104,8 @@ TEST(LocalWorld, DeviceThatNeverArrivesTimesOutWithItsName) {
   EXPECT_EQ(s.message(),
             "all_gather over devices [0,1] timed out after 0.3 s waiting for device 1 (is a rank dead?)");
   EXPECT_LT(seconds, 10);
+  EXPECT_GE(world.device(0).wait_seconds(), 0.29);  // the time blocked counts as exposed
+  EXPECT_EQ(world.device(1).wait_seconds(), 0);
 }
 
 TEST(LocalWorld, AFailedDeviceStopsTheOthersAtOnce) {

@@ -84,6 +84,10 @@ class Collectives {
                                                      std::vector<size_t>* recv_bytes) = 0;
   // Returns when every member has called barrier(group) (or an error at the deadline).
   virtual Status barrier(const Group& group) = 0;
+
+  // Seconds this device has spent blocked in wait() and barrier() so far: the exposed
+  // collective time, what overlap with compute did not hide (per-step metrics read it).
+  virtual double wait_seconds() const = 0;
 };
 
 // A set of devices this process drives: LocalWorld or MpiWorld. Devices are numbered

@@ -67,6 +67,7 @@ class Engine {
   Status run(std::shared_ptr<Op> op);
   Status wait(Op& op);
   double timeout_s() const { return timeout_s_; }
+  double wait_seconds() const { return wait_seconds_; }
 
  private:
   void advance_all();
@@ -75,6 +76,7 @@ class Engine {
   Waiter* waiter_;
   double timeout_s_;
   std::deque<std::shared_ptr<Op>> pending_;  // start order
+  double wait_seconds_ = 0;
 };
 
 }  // namespace kiln::runtime

@@ -30,6 +30,7 @@ const char* kind_name(Kind k) {
 struct Slot {
   bool arrived = false;
   bool read_done = false;
+  bool copy_done = false;  // all_reduce only
   const void* in = nullptr;
   void* out = nullptr;
   std::vector<size_t> send_offsets, send_bytes, recv_offsets;  // ragged only
@@ -43,10 +44,10 @@ struct Rendezvous {
   ReduceDType dtype = ReduceDType::kF32;
   std::vector<Slot> slots;
   size_t arrived = 0;
-  size_t read_done = 0;
+  size_t read_done = 0;  // members done reading the others' inputs
+  size_t copy_done = 0;  // all_reduce: members done copying the others' reduced segments
   int readers_active = 0;  // members copying out of others' buffers right now
-  std::vector<char> reduced;  // all_reduce: segment r is summed by rank r, then copied by all
-  Status failed;              // a member gave up or called something else
+  Status failed;           // a member gave up or called something else
 };
 
 }  // namespace
@@ -105,13 +106,30 @@ class LocalOp final : public Op {
       shared_->bump();
     }
     if (rv.read_done < n) return false;
-    if (rv.kind == Kind::kAllReduce && !copied_) {
+    if (rv.kind != Kind::kAllReduce) return true;
+    // all_reduce, second step: every member has summed its segment into its own out, and
+    // nobody reads the inputs any more (so out may alias in): fetch the other segments.
+    if (!copied_) {
       copied_ = true;
+      ++rv.readers_active;
       lock.unlock();
-      // Every member has finished reading the inputs, so out may alias in.
-      std::memcpy(rv.slots[rank_].out, rv.reduced.data(), rv.reduced.size());
+      size_t es = reduce_dtype_size(rv.dtype);
+      char* out = static_cast<char*>(rv.slots[rank_].out);
+      for (size_t j = 0; j < n; ++j) {
+        Segment seg = segment_of(rv.size, n, j);
+        if (j != rank_ && seg.end > seg.begin) {
+          std::memcpy(out + seg.begin * es,
+                      static_cast<const char*>(rv.slots[j].out) + seg.begin * es,
+                      (seg.end - seg.begin) * es);
+        }
+      }
+      lock.lock();
+      --rv.readers_active;
+      rv.slots[rank_].copy_done = true;
+      ++rv.copy_done;
+      shared_->bump();
     }
-    return true;
+    return rv.copy_done == n;  // then nobody reads our out any more
   }
 
   int64_t blocked_on() const override {
@@ -121,6 +139,9 @@ class LocalOp final : public Op {
     }
     for (size_t i = 0; i < rv_->slots.size(); ++i) {
       if (!rv_->slots[i].read_done) return group()[i];
+    }
+    for (size_t i = 0; i < rv_->slots.size(); ++i) {
+      if (!rv_->slots[i].copy_done) return group()[i];
     }
     return group()[rank_];
   }
@@ -157,12 +178,13 @@ class LocalOp final : public Op {
         break;
       }
       case Kind::kAllReduce: {
+        // Segment r of our own out: nobody else reads it now, and if out aliases in, the
+        // others read only their own segments of it.
         size_t es = reduce_dtype_size(rv.dtype);
         Segment seg = segment_of(rv.size, n, r);
         std::vector<const void*> srcs(n);
         for (size_t i = 0; i < n; ++i) srcs[i] = in_of(i) + seg.begin * es;
-        sum_in_rank_order(rv.dtype, srcs.data(), n, rv.reduced.data() + seg.begin * es,
-                          seg.end - seg.begin);
+        sum_in_rank_order(rv.dtype, srcs.data(), n, out + seg.begin * es, seg.end - seg.begin);
         break;
       }
       case Kind::kAllToAll:
@@ -203,6 +225,7 @@ class LocalCollectives final : public Collectives, public Waiter {
       : device_(device), num_devices_(num_devices), shared_(shared), engine_(this, timeout_s) {}
 
   int64_t device() const override { return device_; }
+  double wait_seconds() const override { return engine_.wait_seconds(); }
   int64_t num_devices() const override { return num_devices_; }
 
   // Waiter: the world's condition variable.
@@ -293,7 +316,6 @@ class LocalCollectives final : public Collectives, public Waiter {
         rv->size = size;
         rv->dtype = dtype;
         rv->slots.resize(n);
-        if (kind == Kind::kAllReduce) rv->reduced.resize(size * reduce_dtype_size(dtype));
         it = shared_->open.emplace(key, rv).first;
       } else {
         rv = it->second;

@@ -119,6 +119,7 @@ class MpiCollectives final : public Collectives, public Waiter {
         pair_seq_(world->num_devices(), 0), engine_(this, world->timeout_s()) {}
 
   int64_t device() const override { return device_; }
+  double wait_seconds() const override { return engine_.wait_seconds(); }
   int64_t num_devices() const override { return world_->num_devices(); }
 
   uint64_t epoch() override { return 0; }
@@ -129,7 +130,7 @@ class MpiCollectives final : public Collectives, public Waiter {
     if (++idle_rounds_ < 64) {
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_until(std::min(until, Clock::now() + std::chrono::microseconds(200)));
+      std::this_thread::sleep_until(std::min(until, Clock::now() + std::chrono::microseconds(50)));
     }
   }
   Status aborted() override {
@@ -158,6 +159,21 @@ class MpiCollectives final : public Collectives, public Waiter {
     int64_t l = world_->local_devices();
     return impl_->comms[(from % l) * l + (to % l)];
   }
+  // Receive buffers for the reductions, reused from one collective to the next: fresh
+  // memory costs a page fault per 4 KiB on first touch, which dwarfs the copy itself.
+  std::vector<char> take_scratch(size_t bytes) {
+    std::vector<char> buf;
+    if (!scratch_pool_.empty()) {
+      buf = std::move(scratch_pool_.back());
+      scratch_pool_.pop_back();
+    }
+    if (buf.size() < bytes) buf.resize(bytes);
+    return buf;
+  }
+  void give_back_scratch(std::vector<char> buf) {
+    if (scratch_pool_.size() < 4) scratch_pool_.push_back(std::move(buf));
+  }
+
   // The next collective this device shares with `peer`, as a base tag (both sides count the
   // same collectives in the same order, so both compute the same tag).
   int next_tag(int64_t peer) {
@@ -174,6 +190,7 @@ class MpiCollectives final : public Collectives, public Waiter {
   int64_t local_;
   int64_t device_;
   std::vector<uint64_t> pair_seq_;
+  std::vector<std::vector<char>> scratch_pool_;
   int idle_rounds_ = 0;
   Engine engine_;
 };
@@ -277,7 +294,7 @@ class ReduceOp final : public MpiOp {
       case 0: {
         Segment mine = part(rank_);
         size_t bytes = (mine.end - mine.begin) * es_;
-        scratch_.resize(n() * bytes);
+        scratch_ = dev_->take_scratch(n() * bytes);
         for (size_t j = 0; j < n(); ++j) {
           if (j == rank_) continue;
           Segment s = part(j);
@@ -297,8 +314,8 @@ class ReduceOp final : public MpiOp {
         // safe, sum_in_rank_order reads each block before writing it).
         char* dst = all_reduce_ ? out_ + mine.begin * es_ : out_;
         sum_in_rank_order(dtype_, srcs.data(), n(), dst, mine.end - mine.begin);
-        scratch_.clear();
-        scratch_.shrink_to_fit();
+        dev_->give_back_scratch(std::move(scratch_));
+        scratch_ = {};
         if (!all_reduce_) return true;
         // Phase 0's sends out of `in` are complete, so receiving into out is safe when they alias.
         for (size_t j = 0; j < n(); ++j) {
