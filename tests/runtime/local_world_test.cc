@@ -33,7 +33,7 @@ TEST_P(LocalWorldDevices, EveryCollectiveMatchesItsDefinition) {
   EXPECT_TRUE(s.ok()) << s.to_string();
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, LocalWorldDevices, ::testing::Values(1, 2, 4));
+INSTANTIATE_TEST_SUITE_P(Runtime, LocalWorldDevices, ::testing::Values(1, 2, 4));
 
 TEST(LocalWorld, FsdpAndDataGroupsOfA2x2MeshRunAtOnce) {
   // Devices [[0,1],[2,3]]: each device starts an all_gather over its fsdp group and an
@@ -166,7 +166,7 @@ TEST(RunOnDevices, EachDeviceGetsItsShareOfTheThreads) {
   omp_set_num_threads(saved);
 }
 
-TEST(Timeout, EnvironmentVariableIsReadAndChecked) {
+TEST(CollectiveTimeout, EnvironmentVariableIsReadAndChecked) {
   ::setenv("KILN_COLLECTIVE_TIMEOUT_S", "2.5", 1);
   EXPECT_EQ(*resolve_timeout_s({}), 2.5);
   EXPECT_EQ(*resolve_timeout_s({.timeout_s = 7}), 7);
@@ -179,7 +179,7 @@ TEST(Timeout, EnvironmentVariableIsReadAndChecked) {
   EXPECT_EQ(*resolve_timeout_s({}), 600);
 }
 
-TEST(MakeWorld, PicksVirtualDevicesWithoutMpirunAndChecksTheMesh) {
+TEST(RuntimeMakeWorld, PicksVirtualDevicesWithoutMpirunAndChecksTheMesh) {
   ::unsetenv("OMPI_COMM_WORLD_SIZE");
   ::unsetenv("PMI_SIZE");
   Result<std::unique_ptr<World>> w = make_world(4, 4);
