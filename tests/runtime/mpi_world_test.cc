@@ -8,6 +8,7 @@
 #include "kiln/runtime/local_world.h"
 #include "kiln/runtime/mpi_world.h"
 #include "kiln/runtime/run_on_devices.h"
+#include "kiln/runtime/world.h"
 #include "tests/runtime/collective_checks.h"
 
 namespace kiln::runtime {
@@ -85,12 +86,18 @@ TEST(MpiWorld, AllReduceBitsMatchEveryDeviceAndTheThreadWorld) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  auto world = kiln::runtime::MpiWorld::create(2, {.timeout_s = kiln::runtime::kTestTimeoutS});
+  // The helper the trainer uses: under mpirun with 2 ranks it must pick MPI.
+  auto world = kiln::runtime::make_world(/*mesh_devices=*/4, /*local_devices=*/2,
+                                         {.timeout_s = kiln::runtime::kTestTimeoutS});
   if (!world.ok()) {
     std::fprintf(stderr, "%s\n", world.status().to_string().c_str());
     return 1;
   }
-  kiln::runtime::g_world = world->get();
+  kiln::runtime::g_world = dynamic_cast<kiln::runtime::MpiWorld*>(world->get());
+  if (kiln::runtime::g_world == nullptr) {
+    std::fprintf(stderr, "make_world did not pick MPI under mpirun\n");
+    return 1;
+  }
   // Both ranks print their report (a failure may show on one rank only); mpirun fails when
   // either returns non-zero.
   return RUN_ALL_TESTS();
