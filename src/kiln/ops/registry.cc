@@ -36,6 +36,7 @@ const OpTable& registry() {
     register_fusion_ops(*t);
     register_attention_ops(*t);
     register_grouped_matmul_ops(*t);
+    register_collective_ops(*t);
     return t;
   }();
   return *table;

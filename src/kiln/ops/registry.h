@@ -137,5 +137,6 @@ void register_sort_ops(OpTable& table);
 void register_fusion_ops(OpTable& table);
 void register_attention_ops(OpTable& table);
 void register_grouped_matmul_ops(OpTable& table);
+void register_collective_ops(OpTable& table);
 
 }  // namespace kiln::ops

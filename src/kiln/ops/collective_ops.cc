@@ -1,0 +1,272 @@
+// Collectives and the local shard of a replicated value, as the SPMD partitioner emits them
+// into a per-device program. A collective's group is named by mesh axes (`mesh_axes`): the
+// devices that differ from this one only along those axes (spmd::Mesh::group), ranked by shard index, so
+// rank r holds chunk r of a dimension split over those axes. `group_size` (the product of
+// the axes' sizes) is an attribute so that shapes follow from the IR text alone.
+//
+//   all_gather(x [.., n, ..]), dim, mesh_axes      -> [.., n*g, ..]  chunks concatenated by rank
+//   reduce_scatter(x [.., n*g, ..]), dim, mesh_axes -> [.., n, ..]    sum over the group, chunk r
+//   all_reduce(x), mesh_axes                       -> like x          sum over the group
+//   shard_slice(x [.., n*g, ..]), dim, mesh_axes    -> [.., n, ..]    this device's chunk, no traffic
+//
+// The reference evaluation runs the collective through the thread's DeviceContext
+// (ops/device_context.h) in double precision; on a one-device mesh every op is the
+// identity. Sums are taken in rank order, so all members get identical bits.
+#include <fmt/format.h>
+
+#include "kiln/base/check.h"
+#include "kiln/base/strings.h"
+#include "kiln/ops/device_context.h"
+#include "kiln/ops/op_helpers.h"
+#include "kiln/runtime/collectives.h"
+
+namespace kiln::ops {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+std::vector<std::string> axes_of(const Instr& instr) {
+  std::vector<std::string> axes;
+  for (const std::string& a : split(instr.attrs().get_string("mesh_axes"), ',')) {
+    if (!trim(a).empty()) axes.emplace_back(trim(a));
+  }
+  return axes;
+}
+
+// The group this thread's device belongs to for `instr`, checked against group_size.
+std::vector<int64_t> group_of(const Instr& instr) {
+  const DeviceContext& ctx = current_device();
+  std::vector<std::string> axes = axes_of(instr);
+  int64_t size = instr.attrs().get_int("group_size");
+  KILN_CHECK_EQ(ctx.mesh.size(axes), size) << instr.to_string() << ": group_size does not match the mesh "
+                                           << ctx.mesh.to_string();
+  std::vector<int64_t> group = ctx.mesh.group(ctx.device, axes);
+  if (group.size() > 1) KILN_CHECK(ctx.collectives != nullptr) << instr.to_string() << ": no collectives installed";
+  return group;
+}
+
+int64_t rank_of(const Instr& instr) {
+  const DeviceContext& ctx = current_device();
+  return ctx.mesh.shard_index(ctx.device, axes_of(instr));
+}
+
+void wait_or_die(std::unique_ptr<runtime::Pending> pending, const Instr& instr) {
+  Status s = pending->wait();
+  KILN_CHECK(s.ok()) << instr.to_string() << ": " << s.message();
+}
+
+// [outer, n, inner] blocks around dimension `dim` of `dims`.
+struct Blocks {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Blocks blocks(const Ints& dims, int64_t dim) {
+  Blocks b;
+  for (int64_t i = 0; i < static_cast<int64_t>(dims.size()); ++i) {
+    if (i < dim) b.outer *= dims[i];
+    else if (i == dim) b.n = dims[i];
+    else b.inner *= dims[i];
+  }
+  return b;
+}
+
+Status check_dim(const InferContext& c, std::string_view op) {
+  KILN_RETURN_IF_ERROR(internal::check_array(op, c.operands[0]));
+  int64_t dim = c.attrs.get_int("dim");
+  if (dim < 0 || dim >= c.operands[0].rank()) {
+    return invalid_argument("{}: dim={} is not a dimension of {}", op, dim, c.operands[0].to_string());
+  }
+  if (c.attrs.get_int("group_size") < 1) return invalid_argument("{}: group_size must be >= 1", op);
+  return Status::ok_status();
+}
+
+Result<Shape> gather_rule(const InferContext& c) {
+  KILN_RETURN_IF_ERROR(check_dim(c, "all_gather"));
+  Ints dims = c.operands[0].dims();
+  dims[c.attrs.get_int("dim")] *= c.attrs.get_int("group_size");
+  return c.operands[0].with_dims(dims);
+}
+
+// reduce_scatter and shard_slice: the dimension splits into group_size equal chunks.
+Result<Shape> split_rule(const InferContext& c, std::string_view op) {
+  KILN_RETURN_IF_ERROR(check_dim(c, op));
+  Ints dims = c.operands[0].dims();
+  int64_t d = c.attrs.get_int("dim"), g = c.attrs.get_int("group_size");
+  if (dims[d] % g != 0) {
+    return invalid_argument("{}: dimension {} of {} does not split into {} equal chunks", op, d,
+                            c.operands[0].to_string(), g);
+  }
+  dims[d] /= g;
+  return c.operands[0].with_dims(dims);
+}
+
+Result<Shape> all_reduce_rule(const InferContext& c) {
+  KILN_RETURN_IF_ERROR(internal::check_array("all_reduce", c.operands[0]));
+  if (c.attrs.get_int("group_size") < 1) return invalid_argument("all_reduce: group_size must be >= 1");
+  return c.operands[0];
+}
+
+ir::Literal eval_all_gather(const Instr& instr, std::span<const ir::Literal* const> args) {
+  const ir::Literal& x = *args[0];
+  std::vector<int64_t> group = group_of(instr);
+  if (group.size() == 1) return ir::Literal(instr.shape(), x.values());
+  size_t n = x.values().size();
+  std::vector<double> gathered(n * group.size());
+  wait_or_die(current_device().collectives->all_gather(group, x.values().data(), n * sizeof(double), gathered.data()),
+              instr);
+  // gathered is [rank][outer, n, inner]; the result is [outer, rank * n, inner].
+  Blocks b = blocks(x.shape().dims(), instr.attrs().get_int("dim"));
+  std::vector<double> out(gathered.size());
+  int64_t g = static_cast<int64_t>(group.size());
+  for (int64_t r = 0; r < g; ++r) {
+    for (int64_t o = 0; o < b.outer; ++o) {
+      const double* src = gathered.data() + r * n + o * b.n * b.inner;
+      double* dst = out.data() + (o * g + r) * b.n * b.inner;
+      std::copy(src, src + b.n * b.inner, dst);
+    }
+  }
+  return ir::Literal(instr.shape(), std::move(out));
+}
+
+// Chunk r of `x` along `dim` ([outer, n/g, inner] of rank r), packed contiguously by rank.
+std::vector<double> pack_chunks(const ir::Literal& x, int64_t dim, int64_t g) {
+  Blocks b = blocks(x.shape().dims(), dim);
+  int64_t chunk = b.n / g;
+  std::vector<double> packed(x.values().size());
+  double* dst = packed.data();
+  for (int64_t r = 0; r < g; ++r) {
+    for (int64_t o = 0; o < b.outer; ++o) {
+      const double* src = x.values().data() + (o * b.n + r * chunk) * b.inner;
+      dst = std::copy(src, src + chunk * b.inner, dst);
+    }
+  }
+  return packed;
+}
+
+ir::Literal eval_reduce_scatter(const Instr& instr, std::span<const ir::Literal* const> args) {
+  const ir::Literal& x = *args[0];
+  std::vector<int64_t> group = group_of(instr);
+  if (group.size() == 1) return ir::Literal(instr.shape(), x.values());
+  std::vector<double> packed = pack_chunks(x, instr.attrs().get_int("dim"), static_cast<int64_t>(group.size()));
+  size_t count = packed.size() / group.size();
+  std::vector<double> out(count);
+  wait_or_die(current_device().collectives->reduce_scatter(group, packed.data(), out.data(), count,
+                                                           runtime::ReduceDType::kF64),
+              instr);
+  return ir::Literal(instr.shape(), std::move(out));
+}
+
+ir::Literal eval_all_reduce(const Instr& instr, std::span<const ir::Literal* const> args) {
+  const ir::Literal& x = *args[0];
+  std::vector<int64_t> group = group_of(instr);
+  if (group.size() == 1) return ir::Literal(instr.shape(), x.values());
+  std::vector<double> out(x.values().size());
+  wait_or_die(current_device().collectives->all_reduce(group, x.values().data(), out.data(), out.size(),
+                                                       runtime::ReduceDType::kF64),
+              instr);
+  return ir::Literal(instr.shape(), std::move(out));
+}
+
+ir::Literal eval_shard_slice(const Instr& instr, std::span<const ir::Literal* const> args) {
+  const ir::Literal& x = *args[0];
+  int64_t g = instr.attrs().get_int("group_size");
+  group_of(instr);  // checks group_size against the mesh
+  int64_t r = rank_of(instr);
+  std::vector<double> packed = pack_chunks(x, instr.attrs().get_int("dim"), g);
+  size_t count = packed.size() / g;
+  return ir::Literal(instr.shape(), std::vector<double>(packed.begin() + r * count, packed.begin() + (r + 1) * count));
+}
+
+ir::Attrs same_group(const Instr& instr) {
+  ir::Attrs a;
+  a.set("mesh_axes", instr.attrs().get_string("mesh_axes"));
+  a.set("group_size", instr.attrs().get_int("group_size"));
+  if (instr.attrs().has("dim")) a.set("dim", instr.attrs().get_int("dim"));
+  return a;
+}
+
+// Adjoints, with the SPMD convention that a replicated value's gradient is the sum of the
+// per-device gradients: gather <-> reduce-scatter, all-reduce is self-adjoint, and the
+// local slice of a replicated value gathers the slices' gradients.
+std::vector<Instr*> vjp_all_gather(VjpContext& c) {
+  return {c.b.emit(Opcode::kReduceScatter, {c.dout()}, same_group(*c.instr))};
+}
+std::vector<Instr*> vjp_to_gather(VjpContext& c) {
+  return {c.b.emit(Opcode::kAllGather, {c.dout()}, same_group(*c.instr))};
+}
+std::vector<Instr*> vjp_all_reduce(VjpContext& c) {
+  return {c.b.emit(Opcode::kAllReduce, {c.dout()}, same_group(*c.instr))};
+}
+
+Cost collective_cost(const Instr& instr) { return internal::memory_cost(instr); }
+
+std::vector<std::vector<int>> dim_preserving_map(const Instr& instr) {
+  // Every dimension stays in place (the split or gathered one changes size).
+  return internal::identity_dim_map(instr);
+}
+
+OpExample example(std::string_view op, std::string_view x, std::string_view result, std::string_view attrs) {
+  return OpExample{fmt::format("module @ex\n\nENTRY computation @main {{\n  %x = {} parameter(), index=0\n"
+                               "  ROOT %r = {} {}(%x), {}\n}}\n",
+                               x, result, op, attrs)};
+}
+
+}  // namespace
+
+void register_collective_ops(OpTable& table) {
+  const std::vector<AttrSpec> split_attrs = {{"dim", AttrKind::kInt}, {"mesh_axes", AttrKind::kString},
+                                             {"group_size", AttrKind::kInt}};
+  {
+    OpDef d;
+    d.opcode = Opcode::kAllGather;
+    d.min_operands = d.max_operands = 1;
+    d.attrs = split_attrs;
+    d.infer = gather_rule;
+    d.eval = eval_all_gather;
+    d.vjp = vjp_all_gather;
+    d.dim_map = dim_preserving_map;
+    d.cost = collective_cost;
+    d.examples = {example("all_gather", "f32[2,3]", "f32[2,3]", "dim=1, mesh_axes=fsdp, group_size=1")};
+    table.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.opcode = Opcode::kReduceScatter;
+    d.min_operands = d.max_operands = 1;
+    d.attrs = split_attrs;
+    d.infer = [](const InferContext& c) { return split_rule(c, "reduce_scatter"); };
+    d.eval = eval_reduce_scatter;
+    d.vjp = vjp_to_gather;
+    d.dim_map = dim_preserving_map;
+    d.cost = collective_cost;
+    d.examples = {example("reduce_scatter", "f32[4,2]", "f32[4,2]", "dim=0, mesh_axes=data, group_size=1")};
+    table.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.opcode = Opcode::kAllReduce;
+    d.min_operands = d.max_operands = 1;
+    d.attrs = {{"mesh_axes", AttrKind::kString}, {"group_size", AttrKind::kInt}};
+    d.infer = all_reduce_rule;
+    d.eval = eval_all_reduce;
+    d.vjp = vjp_all_reduce;
+    d.dim_map = dim_preserving_map;
+    d.cost = collective_cost;
+    d.examples = {example("all_reduce", "f32[3]", "f32[3]", "mesh_axes=\"fsdp,expert\", group_size=1")};
+    table.add(std::move(d));
+  }
+  {
+    OpDef d;
+    d.opcode = Opcode::kShardSlice;
+    d.min_operands = d.max_operands = 1;
+    d.attrs = split_attrs;
+    d.infer = [](const InferContext& c) { return split_rule(c, "shard_slice"); };
+    d.eval = eval_shard_slice;
+    d.vjp = vjp_to_gather;
+    d.dim_map = dim_preserving_map;
+    d.cost = collective_cost;
+    d.examples = {example("shard_slice", "f32[2,4]", "f32[2,4]", "dim=1, mesh_axes=tensor, group_size=1")};
+    table.add(std::move(d));
+  }
+}
+
+}  // namespace kiln::ops

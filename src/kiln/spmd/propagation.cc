@@ -1,0 +1,262 @@
+#include "kiln/spmd/propagation.h"
+
+#include <algorithm>
+
+#include "kiln/base/check.h"
+#include "kiln/ops/registry.h"
+
+namespace kiln::spmd {
+namespace {
+
+using ir::Instr;
+using ir::Opcode;
+
+bool has_passthrough(const Instr& instr) {
+  if (instr.shape().is_tuple()) return false;
+  if (ops::op_def(instr.opcode()).elementwise) return true;
+  switch (instr.opcode()) {
+    case Opcode::kBroadcast:
+    case Opcode::kTranspose:
+    case Opcode::kReshape:
+    case Opcode::kReduceSum:
+    case Opcode::kReduceMax:
+    case Opcode::kReduceMin:
+    case Opcode::kSlice:
+    case Opcode::kPad:
+    case Opcode::kConcatenate:
+    case Opcode::kGather:
+    case Opcode::kDotGeneral:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Reshape: the dims split into consecutive groups with equal element counts; a group's
+// outermost operand dim and outermost result dim share their split when the group's other
+// operand dims are not split (checked by the users of the map) — [B, T, D] -> [B*T, D]
+// keeps a split batch.
+std::vector<int> reshape_map(const Instr& instr) {
+  const auto& in = instr.operand(0)->shape().dims();
+  const auto& out = instr.shape().dims();
+  std::vector<int> m(in.size(), -1);
+  size_t i = 0, j = 0;
+  while (i < in.size() && j < out.size()) {
+    size_t i0 = i, j0 = j;
+    int64_t a = in[i++], b = out[j++];
+    while (a != b) {
+      if (a < b && i < in.size()) a *= in[i++];
+      else if (b < a && j < out.size()) b *= out[j++];
+      else break;
+    }
+    if (a != b) break;
+    // Skip leading size-1 dims on both sides so the outermost real dims pair up.
+    while (i0 + 1 < i && in[i0] == 1) ++i0;
+    while (j0 + 1 < j && out[j0] == 1) ++j0;
+    if (in[i0] != 1 && out[j0] != 1) m[i0] = static_cast<int>(j0);
+  }
+  return m;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> passthrough_map(const Instr& instr) {
+  std::vector<std::vector<int>> none;
+  for (const Instr* o : instr.operands()) none.emplace_back(o->shape().is_tuple() ? 0 : o->shape().rank(), -1);
+  if (!has_passthrough(instr)) return none;
+  if (instr.opcode() == Opcode::kReshape) return {reshape_map(instr)};
+  std::vector<std::vector<int>> m = ops::op_def(instr.opcode()).dim_map(instr);
+  for (size_t i = 0; i < m.size() && i < instr.operands().size(); ++i) {
+    const ir::Shape& s = instr.operand(static_cast<int>(i))->shape();
+    for (size_t d = 0; d < m[i].size(); ++d) {
+      int r = m[i][d];
+      if (r >= 0 && (r >= instr.shape().rank() || s.dim(static_cast<int>(d)) != instr.shape().dim(r))) m[i][d] = -1;
+    }
+  }
+  m.resize(instr.operands().size());
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i].size() != none[i].size()) m[i] = none[i];
+  }
+  return m;
+}
+
+namespace {
+
+class Propagator {
+ public:
+  Propagator(const ir::Computation& entry, const Mesh& mesh) : entry_(entry), mesh_(mesh) {}
+
+  std::unordered_map<const Instr*, Spec> specs;
+  std::unordered_map<const Instr*, bool> fixed;  // seeds and constraints never change
+
+  // A candidate must split each dimension evenly and use each axis once.
+  bool valid(const Instr& instr, const Spec& s) const {
+    std::set<std::string> used;
+    for (int d = 0; d < s.rank(); ++d) {
+      if (instr.shape().dim(d) % mesh_.size(s.dims[d]) != 0) return false;
+      for (const std::string& a : s.dims[d]) {
+        if (!used.insert(a).second) return false;
+      }
+    }
+    return true;
+  }
+
+  // The result split implied by the operands (nullopt: undecided).
+  std::optional<Spec> forward(const Instr& instr) {
+    int rank = instr.shape().rank();
+    if (!has_passthrough(instr)) {
+      for (const Instr* o : instr.operands()) {
+        if (!o->shape().is_tuple() && !specs.count(o)) return std::nullopt;
+      }
+      return Spec::replicated(rank);
+    }
+    std::vector<std::vector<int>> m = passthrough_map(instr);
+    Spec out = Spec::replicated(rank);
+    std::set<std::string> used;
+    bool all_known = true, any_split = false;
+    for (size_t i = 0; i < instr.operands().size(); ++i) {
+      auto it = specs.find(instr.operand(static_cast<int>(i)));
+      if (it == specs.end()) {
+        all_known = false;
+        continue;
+      }
+      for (size_t d = 0; d < m[i].size(); ++d) {
+        const Axes& axes = it->second.dims[d];
+        if (m[i][d] < 0 || axes.empty() || !out.dims[m[i][d]].empty()) continue;
+        if (std::any_of(axes.begin(), axes.end(), [&](const std::string& a) { return used.count(a) > 0; })) continue;
+        out.dims[m[i][d]] = axes;
+        used.insert(axes.begin(), axes.end());
+        any_split = true;
+      }
+    }
+    if (any_split && valid(instr, out)) return out;
+    if (!all_known || leaves_partial(instr)) return std::nullopt;
+    return Spec::replicated(rank);
+  }
+
+  // Contractions and sums over split dimensions: their layout is best chosen by the users.
+  bool leaves_partial(const Instr& instr) const {
+    std::vector<std::vector<int>> m = passthrough_map(instr);
+    if (instr.opcode() == Opcode::kDotGeneral) {
+      const auto& lc = instr.attrs().get_ints("lhs_contract");
+      const auto& rc = instr.attrs().get_ints("rhs_contract");
+      auto l = specs.find(instr.operand(0)), r = specs.find(instr.operand(1));
+      if (l == specs.end() || r == specs.end()) return false;
+      for (size_t k = 0; k < lc.size(); ++k) {
+        if (!l->second.dims[lc[k]].empty() && l->second.dims[lc[k]] == r->second.dims[rc[k]]) return true;
+      }
+      return false;
+    }
+    if (instr.opcode() == Opcode::kReduceSum) {
+      auto x = specs.find(instr.operand(0));
+      if (x == specs.end()) return false;
+      for (size_t d = 0; d < m[0].size(); ++d) {
+        if (m[0][d] < 0 && !x->second.dims[d].empty()) return true;
+      }
+    }
+    return false;
+  }
+
+  // What `user` asks of its operand number `i`, given the user's spec.
+  std::optional<Spec> request(const Instr& user, int i) {
+    auto it = specs.find(&user);
+    if (it == specs.end() || !has_passthrough(user)) return std::nullopt;
+    const Instr* operand = user.operand(i);
+    if (operand->shape().is_tuple()) return std::nullopt;
+    std::vector<int> m = passthrough_map(user)[i];
+    Spec s = Spec::replicated(operand->shape().rank());
+    bool any = false;
+    for (size_t d = 0; d < m.size(); ++d) {
+      if (m[d] >= 0 && !it->second.dims[m[d]].empty()) {
+        s.dims[d] = it->second.dims[m[d]];
+        any = true;
+      }
+    }
+    if (!any || !valid(*operand, s)) return std::nullopt;
+    return s;
+  }
+
+  bool forward_pass() {
+    bool changed = false;
+    for (const auto& owned : entry_.instructions()) {
+      const Instr* instr = owned.get();
+      if (instr->shape().is_tuple() || specs.count(instr)) continue;
+      if (std::optional<Spec> s = forward(*instr)) {
+        specs[instr] = *s;
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  bool backward_pass() {
+    bool changed = false;
+    const auto& list = entry_.instructions();
+    for (auto it = list.rbegin(); it != list.rend(); ++it) {
+      const Instr* instr = it->get();
+      if (instr->shape().is_tuple() || specs.count(instr)) continue;
+      std::optional<Spec> best;
+      for (const Instr* user : instr->users()) {
+        for (int i = 0; i < user->num_operands(); ++i) {
+          if (user->operand(i) != instr) continue;
+          std::optional<Spec> s = request(*user, i);
+          if (s && (!best || s->num_shards(mesh_) > best->num_shards(mesh_))) best = s;
+        }
+      }
+      if (best) {
+        specs[instr] = *best;
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+ private:
+  const ir::Computation& entry_;
+  const Mesh& mesh_;
+};
+
+}  // namespace
+
+std::unordered_map<const Instr*, Spec> propagate(const ir::Computation& entry, const Mesh& mesh,
+                                                 const LogicalRules& rules, const PropagationSeeds& seeds,
+                                                 std::vector<std::string>* notes) {
+  Propagator p(entry, mesh);
+  for (const Instr* param : entry.params()) {
+    int index = static_cast<int>(param->attrs().get_int("index"));
+    if (param->shape().is_tuple()) continue;
+    Spec s = Spec::replicated(param->shape().rank());
+    if (index < static_cast<int>(seeds.params.size()) && seeds.params[index]) s = Spec::from_ir(*seeds.params[index]);
+    p.specs[param] = s;
+  }
+  // Constraints: values the model named with logical axes.
+  for (const auto& owned : entry.instructions()) {
+    const Instr* instr = owned.get();
+    if (instr->opcode() == Opcode::kParameter || instr->shape().is_tuple()) continue;
+    const auto& axes = instr->meta().axes;
+    if (axes.empty() || static_cast<int>(axes.size()) != instr->shape().rank()) continue;
+    ir::Sharding s = rules.resolve(axes, instr->shape().dims(), mesh, nullptr);
+    p.specs[instr] = Spec::from_ir(s);
+  }
+  // Outputs: the root tuple's elements take the requested layout, when nothing else fixed them.
+  const Instr* root = entry.root();
+  if (root->opcode() == Opcode::kTuple) {
+    for (int i = 0; i < root->num_operands() && i < static_cast<int>(seeds.outputs.size()); ++i) {
+      const Instr* out = root->operand(i);
+      if (seeds.outputs[i] && !p.specs.count(out) && !out->shape().is_tuple()) p.specs[out] = Spec::from_ir(*seeds.outputs[i]);
+    }
+  }
+  for (int round = 0; round < 8; ++round) {
+    bool f = p.forward_pass();
+    bool b = p.backward_pass();
+    if (!f && !b) break;
+  }
+  for (const auto& owned : entry.instructions()) {
+    const Instr* instr = owned.get();
+    if (!instr->shape().is_tuple() && !p.specs.count(instr)) p.specs[instr] = Spec::replicated(instr->shape().rank());
+  }
+  (void)notes;
+  return std::move(p.specs);
+}
+
+}  // namespace kiln::spmd

@@ -1,0 +1,41 @@
+// Sharding propagation: chooses a Spec for every array value of a global module, from
+// seeds (entry parameters and outputs: from the logical axis rules of the state and the
+// batch) and constraints (values whose metadata carries logical axis names). Like GSPMD it
+// runs forward and backward over the program until nothing changes:
+//   forward   a value takes the split dimensions of its operands through the op's
+//             dimension map (ops::OpDef::dim_map, for the ops whose mapped dimensions
+//             are independent: elementwise, broadcast, transpose, reshape, reductions,
+//             slices, pads, concatenation, gather, dot_general); a value that would only
+//             be a partial sum (a contraction over a split dimension) waits for its users;
+//   backward  a value nobody decided takes the most split request of its users, so a
+//             weight gradient is produced in the layout of its parameter's optimizer
+//             update (reduce-scatter rather than all-reduce).
+// Whatever is left is replicated. Ops outside that list (sort, top-k, scatter, grouped
+// matmul, attention, ...) are computed replicated.
+#pragma once
+
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/ir/instr.h"
+#include "kiln/spmd/logical_rules.h"
+#include "kiln/spmd/sharding_spec.h"
+
+namespace kiln::spmd {
+
+struct PropagationSeeds {
+  std::vector<std::optional<ir::Sharding>> params;   // by entry parameter index
+  std::vector<std::optional<ir::Sharding>> outputs;  // by root tuple element
+};
+
+// For each operand, for each of its dimensions, the result dimension whose split it shares
+// (-1: none). Only dimensions the op treats independently (equal sizes, element i of the
+// result along it reads element i of the operand) are mapped.
+std::vector<std::vector<int>> passthrough_map(const ir::Instr& instr);
+
+std::unordered_map<const ir::Instr*, Spec> propagate(const ir::Computation& entry, const Mesh& mesh,
+                                                     const LogicalRules& rules, const PropagationSeeds& seeds,
+                                                     std::vector<std::string>* notes);
+
+}  // namespace kiln::spmd
