@@ -28,6 +28,7 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   backend::CompileOptions options;
   options.dump_dir = dump_dir.empty() ? cfg.get_string("dump_ir") : dump_dir;
   options.verify_each = cfg.get_bool("verify_each");
+  options.remat_policy = cfg.get_string("remat_policy");
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, options));
   const backend::CompileReport& r = exe->report();
 

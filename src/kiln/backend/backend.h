@@ -24,6 +24,7 @@ struct CompileOptions {
   // be written into its storage (the train step's state is updated in place). The donated
   // argument's contents are undefined after run().
   std::vector<std::pair<int64_t, int64_t>> donated;
+  std::string remat_policy = "none";  // MaxText's remat_policy (passes/remat.h); "none": save everything
 };
 
 // What compilation made of the module, for `kiln compile` and tests.

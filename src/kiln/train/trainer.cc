@@ -208,6 +208,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
     backend::CompileOptions compile_options;
     compile_options.dump_dir = config.get_string("dump_ir");
     compile_options.verify_each = config.get_bool("verify_each");
+    compile_options.remat_policy = config.get_string("remat_policy");
     backend::CompileReport report;
     Result<std::unique_ptr<StepRunner>> compiled = make_compiled_runner(t->program_, compile_options, &report);
     if (compiled.ok()) {

@@ -24,6 +24,7 @@
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/registry.h"
+#include "kiln/passes/remat.h"
 
 namespace kiln::backend {
 
@@ -71,6 +72,10 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   popts.verify_each = options.verify_each;
   if (!options.dump_dir.empty()) popts.dump_ir = options.dump_dir + "/passes";
   passes::Pipeline pipeline = passes::default_pipeline(popts);
+  // After CSE (which would merge the recomputed values back) and before fusion (which fuses
+  // the recomputed elementwise chains into the backward kernels).
+  KILN_ASSIGN_OR_RETURN(passes::RematPolicy remat, passes::RematPolicy::from_name(options.remat_policy));
+  pipeline.add(std::make_unique<passes::RematPass>(std::move(remat)));
   // Last: fusion must see the final graph, and the kernels are generated from its output.
   pipeline.add(std::make_unique<passes::FusionPass>(!options.fuse));
   pipeline.add(std::make_unique<passes::DcePass>());
