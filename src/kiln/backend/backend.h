@@ -60,12 +60,27 @@ struct CompileReport {
   int64_t saved_activation_bytes = 0;
 };
 
+// Sees every instruction an executable runs, with its wall-clock interval (steady_clock
+// nanoseconds), on the thread that ran it: the generic hook that profiles and traces build
+// on, so kernels, GEMMs and collective start/done pairs all show up without backend code
+// knowing about traces. Called from the running thread; must be cheap.
+class InstructionObserver {
+ public:
+  virtual ~InstructionObserver() = default;
+  virtual void on_instruction(const ir::Instr& instr, int64_t begin_ns, int64_t end_ns) = 0;
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
+  // Observer for the instructions of later run() calls (nullptr: none). Not owned.
+  void set_observer(InstructionObserver* observer) { observer_ = observer; }
   // Runs the entry computation; a tuple root gives one Buffer per element.
   virtual Result<std::vector<Buffer>> run(std::span<const Buffer> args) = 0;
   virtual const CompileReport& report() const = 0;
+
+ protected:
+  InstructionObserver* observer_ = nullptr;
 };
 
 // Compiles `module` for this machine's CPU.

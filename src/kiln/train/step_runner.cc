@@ -53,6 +53,7 @@ class CompiledRunner : public StepRunner {
   double metric(StepMetric m) const override { return metrics_.at(static_cast<size_t>(m)); }
   ir::Literal arg(int64_t index) const override { return args_[index].to_literal(); }
   const char* name() const override { return "compiled CPU executable"; }
+  void set_observer(backend::InstructionObserver* observer) override { exe_->set_observer(observer); }
 
  private:
   const StepProgram& program_;

@@ -28,6 +28,8 @@ class StepRunner {
   const std::vector<double>& expert_load() const { return expert_load_; }
   virtual ir::Literal arg(int64_t index) const = 0;  // the current value of an argument (state)
   virtual const char* name() const = 0;              // "reference interpreter", "compiled CPU executable"
+  // Per-instruction timing hook (profiles); only executors that run kernels call it.
+  virtual void set_observer(backend::InstructionObserver* /*observer*/) {}
 
  protected:
   std::vector<double> expert_load_;

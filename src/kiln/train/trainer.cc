@@ -25,6 +25,10 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+int64_t to_ns(Clock::time_point t) {  // the clock of the observability spans
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 // "kiln_20261129_171502": a default run name from the local time.
 std::string timestamped_run_name() {
   std::time_t now = std::time(nullptr);
@@ -284,6 +288,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
       KILN_RETURN_IF_ERROR(t->extra_metrics_.open(config.get_string("metrics_file"), config.get_int("log_period")));
     }
   }
+  KILN_ASSIGN_OR_RETURN(t->observer_, RunObserver::create(config, {t->output_dir_, t->flops_.total_tflops(),
+                                                                 t->peak_tflops_,
+                                                                 [p = t.get()](const std::string& l) { p->print(l); }}));
+  t->runner_->set_observer(t->observer_->instruction_observer());
   t->last_step_end_ = Clock::now();
   return t;
 }
@@ -394,6 +402,12 @@ Status Trainer::restore(const std::string& dir, bool full_state, const std::vect
 
 Status Trainer::save_checkpoint() {
   Clock::time_point start = Clock::now();
+  // The stall lands in the next step's time (the step clock runs from the previous step's end).
+  struct StallSpan {
+    RunObserver* o;
+    Clock::time_point start;
+    ~StallSpan() { o->span("checkpoint stall", "checkpoint", to_ns(start), RunObserver::now_ns()); }
+  } stall{observer_.get(), start};
   checkpoint::SaveOptions save_options;
   save_options.max_to_keep = max_checkpoints_;
   save_options.after_file = options_.checkpoint_after_file;
@@ -417,12 +431,15 @@ Status Trainer::save_checkpoint() {
 Status Trainer::wait_for_checkpoint() { return saver_.wait(); }
 
 Result<StepRecord> Trainer::run_step() {
+  const Clock::time_point step_begin = last_step_end_, feed_begin = Clock::now();
+  observer_->step_begin(step_);
   HostBatch batch = tokens_ ? to_host_batch(tokens_->next()) : data_.next();
   runner_->set_arg(program_.batch_arg(0), batch.inputs);
   runner_->set_arg(program_.batch_arg(1), batch.targets);
   runner_->set_arg(program_.batch_arg(2), batch.positions);
   runner_->set_arg(program_.batch_arg(3), batch.segmentation);
   runner_->set_arg(program_.step_arg(), ir::Literal::scalar(ir::DType::kS32, static_cast<double>(step_)));
+  observer_->span("data wait + feed", "data", to_ns(feed_begin), RunObserver::now_ns());
   KILN_RETURN_IF_ERROR(runner_->run());
   auto metric = [&](StepMetric m) { return runner_->metric(m); };
 
@@ -449,6 +466,7 @@ Result<StepRecord> Trainer::run_step() {
   print(console_line(r));
   if (metrics_.is_open()) KILN_RETURN_IF_ERROR(metrics_.write(r));
   if (extra_metrics_.is_open()) KILN_RETURN_IF_ERROR(extra_metrics_.write(r));
+  KILN_RETURN_IF_ERROR(observer_->step_end(r, to_ns(step_begin), to_ns(last_step_end_)));
   history_.push_back(r);
   ++step_;
   Status loss_ok = check_loss(r);
@@ -513,6 +531,7 @@ Status Trainer::run() {
   }
   KILN_RETURN_IF_ERROR(metrics_.flush());
   KILN_RETURN_IF_ERROR(extra_metrics_.flush());
+  KILN_RETURN_IF_ERROR(observer_->finish());
   if (!history_.empty()) {
     const StepRecord& last = history_.back();
     print(fmt::format("finished {} steps: loss {:.3f} -> {:.3f}", history_.size(), history_.front().loss, last.loss));

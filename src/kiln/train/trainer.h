@@ -27,6 +27,7 @@
 #include "kiln/models/model.h"
 #include "kiln/train/flops.h"
 #include "kiln/train/metrics.h"
+#include "kiln/train/observability.h"
 #include "kiln/train/step_program.h"
 #include "kiln/train/step_runner.h"
 #include "kiln/train/synthetic_data.h"
@@ -127,6 +128,7 @@ class Trainer {
   double checkpoint_blocked_s_ = 0;
   std::string config_yaml_;
   nlohmann::json mesh_json_, data_json_, rng_json_;
+  std::unique_ptr<RunObserver> observer_;  // TensorBoard, profiler trace, attribution report
   checkpoint::AsyncSaver saver_;  // declared last: joins a background save before the state goes
 };
 

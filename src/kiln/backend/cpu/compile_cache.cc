@@ -15,6 +15,7 @@
 
 #include "kiln/backend/cpu/codegen.h"
 #include "kiln/base/hash.h"
+#include "kiln/base/progress.h"
 
 namespace kiln::backend::cpu {
 
@@ -123,6 +124,11 @@ Result<KernelLibrary> build_kernels(const std::vector<KernelSource>& kernels, co
     fs::create_directories(dump_dir, ec);
     for (size_t c = 0; c < chunks.size(); ++c) std::ofstream(fs::path(dump_dir) / paths[c].filename().replace_extension(".cc")) << chunks[c];
   }
+  // Progress over the chunks the compiler has to build (a fully cached build prints nothing).
+  int64_t missing = 0;
+  for (const auto& p : paths) missing += !fs::exists(p);
+  Progress progress(fmt::format("compile {} kernels", kernels.size()), missing,
+                    Progress::Options{.mode = missing > 0 ? Progress::Mode::kAuto : Progress::Mode::kOff});
   // Compile missing chunks in parallel, one compiler process per core.
   std::vector<Status> statuses(chunks.size());
   std::vector<char> compiled(chunks.size(), 0);
@@ -142,10 +148,12 @@ Result<KernelLibrary> build_kernels(const std::vector<KernelSource>& kernels, co
         bool did = false;
         statuses[c] = ensure_compiled(chunks[c], paths[c], &did);
         compiled[c] = did;
+        if (did) progress.advance();
       }
     });
   }
   for (auto& t : threads) t.join();
+  progress.finish();
   for (const Status& s : statuses) KILN_RETURN_IF_ERROR(s);
   lib.chunks_total = static_cast<int64_t>(chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) {

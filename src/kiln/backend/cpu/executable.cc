@@ -222,10 +222,17 @@ Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
       default: {
         inputs.clear();
         for (int in : step.inputs) inputs.push_back(&values[in]);
-        auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+        const bool timed = profile_ || observer_ != nullptr;
+        auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
         plan_.prepare(instr, args, out);
         step.kernel(inputs, out);
         plan_.settle(instr, args, out);
+        if (observer_ != nullptr) {
+          auto ns = [](std::chrono::steady_clock::time_point t) {
+            return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+          };
+          observer_->on_instruction(*instr, ns(t0), ns(std::chrono::steady_clock::now()));
+        }
         if (profile_) {
           auto& slot = profile_times_[std::string(ir::opcode_name(instr->opcode())) + " " + instr->shape().to_string()];
           slot.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

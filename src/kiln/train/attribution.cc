@@ -1,0 +1,109 @@
+#include "kiln/train/attribution.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "kiln/train/flops.h"
+
+namespace kiln::train {
+
+Attribution attribute(const StepTotals& t, double model_tflops, double peak_tflops) {
+  Attribution a;
+  const double steps = std::max<int64_t>(1, t.steps);
+  a.step_s = t.wall_s / steps;
+  const double peak = peak_tflops * 1e12;  // FLOP/s
+  a.mfu = a.step_s > 0 ? model_tflops * 1e12 / a.step_s / peak : 0;
+  auto kind = [&](KernelKind k) { return t.kinds[static_cast<int>(k)]; };
+  auto add = [&](std::string name, double total_s, double ideal_total_s, std::string rate) {
+    AttributionRow r;
+    r.name = std::move(name);
+    r.seconds = total_s / steps;
+    r.percent = a.step_s > 0 ? 100.0 * r.seconds / a.step_s : 0;
+    r.rate = std::move(rate);
+    const double loss = std::max(0.0, (total_s - ideal_total_s) / steps);
+    r.mfu_without = a.step_s - loss > 0 ? model_tflops * 1e12 / (a.step_s - loss) / peak : 0;
+    a.rows.push_back(std::move(r));
+  };
+  auto flop_row = [&](const char* name, KernelKind k) {
+    KindTotal x = kind(k);
+    double peak_rate = peak;
+    std::string rate = "-";
+    if (x.seconds > 0 && x.flops > 0) {
+      rate = fmt::format("{:.1f} GFLOP/s = {:.0f}% of peak", x.flops / x.seconds / 1e9, 100.0 * x.flops / x.seconds / peak_rate);
+    }
+    add(name, x.seconds, x.flops / peak_rate, rate);
+    return x;
+  };
+  // GEMMs: bf16 ones run against the bf16 peak.
+  {
+    KindTotal g = kind(KernelKind::kGemm);
+    double ideal = 0;
+    for (const auto& [key, s] : t.gemm_shapes) {
+      const double f = 2.0 * s.batch * s.m * s.n * s.k * s.count;
+      ideal += f / (s.dtype == "bf16" ? kBf16PeakFactor * peak : peak);
+    }
+    a.gemm_gflops = g.seconds > 0 ? g.flops / g.seconds / 1e9 : 0;
+    std::string rate = g.seconds > 0 ? fmt::format("{:.1f} GFLOP/s = {:.0f}% of peak", a.gemm_gflops,
+                                                   100.0 * ideal / g.seconds)
+                                     : "-";
+    add("gemm", g.seconds, ideal, rate);
+  }
+  flop_row("grouped matmul", KernelKind::kGroupedMatmul);
+  flop_row("attention", KernelKind::kAttention);
+  {
+    KindTotal f = kind(KernelKind::kFused);
+    const double seconds = f.seconds;
+    std::string rate = "-";
+    if (f.seconds > 0) {
+      const double gbs = f.bytes / f.seconds / 1e9;
+      rate = fmt::format("{:.1f} GB/s = {:.0f}% of {:.0f} GB/s", gbs, 100.0 * gbs / kMemoryBandwidthGBs, kMemoryBandwidthGBs);
+    }
+    add("fused elementwise", seconds, 0, rate);
+  }
+  add("other kernels", kind(KernelKind::kOther).seconds, 0, "-");
+  std::vector<std::string> kinds;
+  for (const auto& [k, v] : t.collectives) kinds.push_back(k);
+  std::sort(kinds.begin(), kinds.end());
+  for (const std::string& k : kinds) {
+    add("collective " + k + " (exposed)", t.collectives.at(k).seconds, 0, "-");
+  }
+  if (kinds.empty()) add("collectives (exposed)", 0, 0, "none in this program");
+  add("rematerialization", t.remat.seconds, 0, t.remat.count ? "-" : "nothing recomputed");
+  add("data wait", t.data_wait_s, 0, "-");
+  add("checkpoint stall", t.checkpoint_s, 0, "-");
+  double accounted = 0;
+  for (const AttributionRow& r : a.rows) accounted += r.seconds * steps;
+  add("host overhead", std::max(0.0, t.wall_s - accounted), 0, "-");
+  for (const AttributionRow& r : a.rows) a.percent_sum += r.percent;
+  return a;
+}
+
+std::string attribution_table(const Attribution& a, const StepTotals& t, double peak_tflops) {
+  std::string out = fmt::format(
+      "where the step time went ({} observed steps, {:.3f} s per step, MFU {:.2f}%; FLOPs: {}; peak {:.3f} "
+      "TFLOP/s (hardware_peak_tflops, bf16 GEMMs x{:g}), memory {:.0f} GB/s):",
+      t.steps, a.step_s, 100.0 * a.mfu, flop_formula_name(FlopFormula::kMaxText2602), peak_tflops,
+      kBf16PeakFactor, kMemoryBandwidthGBs);
+  out += fmt::format("\n  {:<34} {:>9} {:>7}  {:<36} {:>12}", "", "s/step", "share", "achieved rate", "MFU without");
+  for (const AttributionRow& r : a.rows) {
+    out += fmt::format("\n  {:<34} {:>9.4f} {:>6.1f}%  {:<36} {:>11.2f}%", r.name, r.seconds, r.percent, r.rate,
+                       100.0 * r.mfu_without);
+  }
+  out += fmt::format("\n  {:<34} {:>9.4f} {:>6.1f}%", "total", a.step_s, a.percent_sum);
+  return out;
+}
+
+std::string gemm_shapes_jsonl(const StepTotals& t) {
+  std::string out;
+  const double steps = std::max<int64_t>(1, t.steps);
+  for (const auto& [key, s] : t.gemm_shapes) {
+    out += fmt::format(
+        "{{\"dtype\": \"{}\", \"batch\": {}, \"m\": {}, \"n\": {}, \"k\": {}, \"trans_a\": {}, "
+        "\"trans_b\": {}, \"count_per_step\": {}, \"seconds_per_step\": {}}}\n",
+        s.dtype, s.batch, s.m, s.n, s.k, s.trans_a, s.trans_b, s.count / steps, s.seconds / steps);
+  }
+  return out;
+}
+
+}  // namespace kiln::train

@@ -1,0 +1,57 @@
+// "Where did the MFU go": the measured step time split into what it was spent on, summing
+// to 100%, with the rate each kind of work achieved and the MFU the run would have without
+// each loss.
+//
+// FLOP convention: MFU is MaxText's (train/flops.h, the 2026-02 formula Kiln logs): model
+// TFLOPs per device per step / step time / hardware_peak_tflops. Kernel rates use the op
+// registry's cost (ops::cost_of: 2 per multiply-add), counted from the instructions run.
+// Peaks: hardware_peak_tflops (config; default 0.231 = the f32 FMA peak of 2 Zen 4 cores,
+// spec cpu-machine.md), kBf16PeakFactor x that for bf16 GEMMs, and kMemoryBandwidthGBs for
+// the elementwise kernels' bandwidth rate.
+//
+// Rows: gemm, grouped matmul, attention, fused elementwise, other kernels (native data
+// movement and reductions, reference-evaluation fallbacks), exposed collectives by kind
+// (there is no overlap yet, so all collective time is exposed), rematerialization (values
+// whose name carries ".remat"; their time is taken out of their kernel row), data wait,
+// checkpoint stall, host overhead (the remainder: the step's wall time not inside any
+// kernel, data or checkpoint span: argument conversion, freeing, logging).
+// "Loss" of a row: its time minus the time its model FLOPs need at peak (gemm, grouped
+// matmul, attention), or all of its time (every other row). "MFU without" = MaxText TFLOPs
+// / (step time - loss) / peak.
+#pragma once
+
+#include <string>
+
+#include "kiln/train/trace.h"
+
+namespace kiln::train {
+
+inline constexpr double kMemoryBandwidthGBs = 34.0;  // STREAM-like, 2 cores (spec cpu-machine.md: 33-35)
+inline constexpr double kBf16PeakFactor = 2.0;        // bf16 dot-product peak / f32 FMA peak (same spec)
+
+struct AttributionRow {
+  std::string name;
+  double seconds = 0;   // per step
+  double percent = 0;   // of the step's wall time
+  std::string rate;     // achieved vs peak, where it applies
+  double mfu_without = 0;
+};
+
+struct Attribution {
+  std::vector<AttributionRow> rows;
+  double step_s = 0;          // mean measured wall time per step
+  double mfu = 0;             // model TFLOPs / step_s / peak
+  double percent_sum = 0;
+  double gemm_gflops = 0;     // achieved GEMM rate (GFLOP/s)
+};
+
+// model_tflops: MaxText's per-device-per-step TFLOPs; peak_tflops: hardware_peak_tflops.
+Attribution attribute(const StepTotals& totals, double model_tflops, double peak_tflops);
+// The table as printed at the end of a run (several lines, no trailing newline).
+std::string attribution_table(const Attribution& a, const StepTotals& totals, double peak_tflops);
+// The GEMM shapes seen, one JSON object per line: {"dtype","batch","m","n","k","trans_a",
+// "trans_b","count_per_step","seconds_per_step"} (means over the observed steps), read by
+// bench/gemm_shapes_bench to time the same GEMMs with oneDNN alone.
+std::string gemm_shapes_jsonl(const StepTotals& totals);
+
+}  // namespace kiln::train

@@ -1,0 +1,111 @@
+// TensorBoard record encoding (CRC-32C, protobuf wire bytes, TFRecord framing) and the
+// attribution table's arithmetic, on hand-computed values. The end-to-end run with an
+// independent Python reader is tests/train/observability_test.py.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "kiln/train/attribution.h"
+#include "kiln/train/tensorboard.h"
+
+namespace kiln::train {
+namespace {
+
+std::string bytes(std::initializer_list<int> b) {
+  std::string s;
+  for (int x : b) s += static_cast<char>(x);
+  return s;
+}
+
+TEST(TensorBoard, Crc32cMatchesTheCastagnoliCheckValue) {
+  // The standard check value of CRC-32C over "123456789" (RFC 3720, B.4).
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+  const uint32_t c = 0xE3069283u;
+  EXPECT_EQ(masked_crc32c("123456789", 9), ((c >> 15) | (c << 17)) + 0xa282ead8u);
+}
+
+TEST(TensorBoard, EventEncodesWallTimeStepAndScalars) {
+  // wall_time=1.5 (field 1, fixed64), step=7 (field 2, varint), summary (field 5) holding one
+  // Value {tag "a" (1), simple_value 2.0f (2, fixed32)}.
+  const std::string expected = bytes({0x09, 0, 0, 0, 0, 0, 0, 0xF8, 0x3F, 0x10, 0x07, 0x2A, 0x0A, 0x0A, 0x08, 0x0A,
+                                      0x01, 'a', 0x15, 0, 0, 0, 0x40});
+  EXPECT_EQ(encode_event(1.5, 7, {{"a", 2.0f}}), expected);
+  // A step above 127 takes two varint bytes; file_version is field 3.
+  const std::string header = encode_event(0.0, 300, {}, "v");
+  EXPECT_EQ(header.substr(9), bytes({0x10, 0xAC, 0x02, 0x1A, 0x01, 'v'}));
+}
+
+TEST(TensorBoard, RecordFramingHasLengthAndBothCrcs) {
+  const std::string data = "hello";
+  const std::string rec = frame_record(data);
+  ASSERT_EQ(rec.size(), 8 + 4 + data.size() + 4);
+  uint64_t length;
+  std::memcpy(&length, rec.data(), 8);
+  EXPECT_EQ(length, 5u);
+  uint32_t length_crc, data_crc;
+  std::memcpy(&length_crc, rec.data() + 8, 4);
+  std::memcpy(&data_crc, rec.data() + 12 + data.size(), 4);
+  EXPECT_EQ(length_crc, masked_crc32c(rec.data(), 8));
+  EXPECT_EQ(data_crc, masked_crc32c(data.data(), data.size()));
+  EXPECT_EQ(rec.substr(12, data.size()), data);
+}
+
+// Two steps of 1 s: 0.5 s of f32 GEMMs at 0.1 TFLOP of work each, 0.2 s fused, 0.1 s data.
+StepTotals two_steps() {
+  StepTotals t;
+  t.steps = 2;
+  t.wall_s = 2.0;
+  KindTotal& g = t.kinds[static_cast<int>(KernelKind::kGemm)];
+  g.seconds = 1.0, g.flops = 2 * 0.1e12, g.count = 2;
+  t.gemm_shapes["f32 1x1000x1000x50000 NN"] = {1, 1000, 1000, 50000, false, false, "f32", 2, 1.0};
+  KindTotal& f = t.kinds[static_cast<int>(KernelKind::kFused)];
+  f.seconds = 0.4, f.bytes = 4e9, f.count = 10;
+  t.data_wait_s = 0.2;
+  return t;
+}
+
+TEST(Attribution, RowsSumToTheStepTimeAndHostOverheadIsTheRest) {
+  const StepTotals t = two_steps();
+  const Attribution a = attribute(t, /*model_tflops=*/0.1, /*peak_tflops=*/0.25);
+  EXPECT_DOUBLE_EQ(a.step_s, 1.0);
+  EXPECT_NEAR(a.mfu, 0.1 / 1.0 / 0.25, 1e-12);
+  EXPECT_NEAR(a.percent_sum, 100.0, 1e-9);
+  auto row = [&](const std::string& name) {
+    for (const AttributionRow& r : a.rows) {
+      if (r.name == name) return r;
+    }
+    ADD_FAILURE() << "no row " << name;
+    return AttributionRow{};
+  };
+  EXPECT_NEAR(row("gemm").percent, 50.0, 1e-9);
+  EXPECT_NEAR(row("fused elementwise").percent, 20.0, 1e-9);
+  EXPECT_NEAR(row("data wait").percent, 10.0, 1e-9);
+  EXPECT_NEAR(row("host overhead").percent, 20.0, 1e-9);
+  // GEMMs: 0.1 TFLOP per step at 0.25 TFLOP/s peak needs 0.4 s of the 0.5 s: loss 0.1 s.
+  EXPECT_NEAR(a.gemm_gflops, 200.0, 1e-9);
+  EXPECT_NEAR(row("gemm").mfu_without, 0.1 / 0.9 / 0.25, 1e-12);
+  // Data wait and host overhead are pure loss.
+  EXPECT_NEAR(row("data wait").mfu_without, 0.1 / 0.9 / 0.25, 1e-12);
+  EXPECT_NEAR(row("host overhead").mfu_without, 0.1 / 0.8 / 0.25, 1e-12);
+  // Elementwise bandwidth: 2e9 bytes per step in 0.2 s = 10 GB/s.
+  EXPECT_NE(row("fused elementwise").rate.find("10.0 GB/s"), std::string::npos) << row("fused elementwise").rate;
+  const std::string table = attribution_table(a, t, 0.25);
+  EXPECT_NE(table.find("MaxText"), std::string::npos) << table;
+  EXPECT_NE(table.find("total"), std::string::npos);
+}
+
+TEST(Attribution, CollectivesGetOneRowPerKind) {
+  StepTotals t = two_steps();
+  t.collectives["all_gather"] = {0.1, 0, 0, 4};
+  t.collectives["reduce_scatter"] = {0.05, 0, 0, 4};
+  const Attribution a = attribute(t, 0.1, 0.25);
+  int rows = 0;
+  for (const AttributionRow& r : a.rows) rows += r.name.find("collective ") == 0;
+  EXPECT_EQ(rows, 2);
+  EXPECT_NEAR(a.percent_sum, 100.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace kiln::train
