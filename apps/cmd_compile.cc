@@ -28,6 +28,8 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   backend::CompileOptions options;
   options.dump_dir = dump_dir.empty() ? cfg.get_string("dump_ir") : dump_dir;
   options.verify_each = cfg.get_bool("verify_each");
+  // As the trainer runs it: the state (outputs 0 .. num_state) updated in place.
+  for (int64_t i = 0; i < program.num_state(); ++i) options.donated.push_back({i, i});
   options.remat_policy = cfg.get_string("remat_policy");
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, options));
   const backend::CompileReport& r = exe->report();
@@ -42,9 +44,11 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
                  entry.param(static_cast<int>(program.nu_arg(i)))->shape().byte_size();
   }
   opt_bytes += entry.param(static_cast<int>(program.step_arg()))->shape().byte_size();
-  int64_t batch_bytes = r.argument_bytes - param_bytes - opt_bytes;
+  // From the buffer assignment: activations are the arena bytes the forward pass keeps for
+  // the backward pass; temporaries everything else one run adds (the rest of the arena,
+  // outputs of their own, kernel scratch, constants, the batch). docs/backend.md.
   int64_t activations = r.saved_activation_bytes;
-  int64_t temporaries = r.peak_value_bytes - activations + r.constant_bytes + batch_bytes;
+  int64_t temporaries = r.planned_peak_bytes - param_bytes - opt_bytes - activations;
 
   nlohmann::ordered_json j;
   j["model"] = cfg.get_string("model_name");
@@ -73,6 +77,12 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
                                   {"activations", activations},
                                   {"temporaries", temporaries},
                                   {"total", param_bytes + opt_bytes + activations + temporaries}};
+  j["memory_plan"] = {{"schedule", r.schedule},
+                      {"arena_bytes", r.arena_bytes},
+                      {"output_bytes", r.output_bytes},
+                      {"kernel_scratch_bytes", r.kernel_scratch_bytes},
+                      {"in_place_reuses", r.in_place_reuses},
+                      {"donated_in_place", r.donated_in_place}};
   return j;
 }
 
@@ -102,6 +112,12 @@ void print_text(const nlohmann::ordered_json& j) {
   std::printf("  memory per device: %s total = parameters %s + optimizer state %s + activations %s + temporaries %s\n",
               gib(mem["total"]).c_str(), gib(mem["parameters"]).c_str(), gib(mem["optimizer_state"]).c_str(),
               gib(mem["activations"]).c_str(), gib(mem["temporaries"]).c_str());
+  auto plan = j["memory_plan"];
+  std::printf("  memory plan: %s schedule, arena %s, outputs %s, kernel scratch %s; %lld fusion outputs in place, "
+              "%lld state outputs donated in place\n",
+              plan["schedule"].get<std::string>().c_str(), gib(plan["arena_bytes"]).c_str(),
+              gib(plan["output_bytes"]).c_str(), gib(plan["kernel_scratch_bytes"]).c_str(),
+              plan["in_place_reuses"].get<long long>(), plan["donated_in_place"].get<long long>());
 }
 
 }  // namespace

@@ -71,7 +71,11 @@ std::unique_ptr<StepRunner> make_interpreter_runner(const StepProgram& program) 
 Result<std::unique_ptr<StepRunner>> make_compiled_runner(const StepProgram& program,
                                                          const backend::CompileOptions& options,
                                                          backend::CompileReport* report) {
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, options));
+  // The runner replaces its state with the outputs after every step, so it donates the
+  // state: parameters and moments are updated in their own storage.
+  backend::CompileOptions donating = options;
+  for (int64_t i = 0; i < program.num_state(); ++i) donating.donated.push_back({i, i});
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, donating));
   if (report != nullptr) *report = exe->report();
   return std::unique_ptr<StepRunner>(std::make_unique<CompiledRunner>(program, std::move(exe)));
 }
