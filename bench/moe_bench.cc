@@ -1,6 +1,7 @@
 // MoE benchmarks on the CPU backend:
-//   1. grouped_matmul (and its weight gradient) on balanced random group sizes vs ONE sgemm
-//      of the same total shape [M, K] x [K, N] (the GEMM library's rate): GFLOP/s and ratio.
+//   1. grouped_matmul (and its weight gradient) on balanced random group sizes vs ONE GEMM
+//      of the same total shape [M, K] x [K, N] (the GEMM library's rate): GFLOP/s and ratio,
+//      in f32 (oneDNN sgemm) and bf16 (oneDNN's bf16 matmul, f32 accumulation).
 //   2. A GPT-OSS MoE layer (router, top-k, clamped-SwiGLU experts with biases, weighted
 //      combine), forward + backward (gradients of every parameter and of the input),
 //      compiled by the CPU backend: sparse dispatch (sort, gather, grouped matmuls,
@@ -120,21 +121,22 @@ struct Program {
 };
 
 // kind: 0 = grouped_matmul x[M,K] w[E,K,N], 1 = grouped_matmul_weight_grad x[M,K] dy[M,N],
-// 2 = one dot_general [M,K] x [K,N].
-Program gmm_program(int kind, int64_t e, int64_t k) {
+// 2 = one dot_general [M,K] x [K,N]; all operands and results in `dt`.
+Program gmm_program(int kind, int64_t e, int64_t k, ir::DType dt) {
   const int64_t m = kTokens * k;
   frontend::Graph g("gmm");
   ops::Builder& b = g.builder();
   std::mt19937_64 rng(1);
   std::vector<Buffer> args;
   if (kind == 2) {
-    Tensor x = g.parameter("x", frontend::f32({m, kD}));
-    Tensor w = g.parameter("w", frontend::f32({kD, kI}));
+    Tensor x = g.parameter("x", ir::Shape(dt, std::vector<int64_t>{m, kD}));
+    Tensor w = g.parameter("w", ir::Shape(dt, std::vector<int64_t>{kD, kI}));
     g.set_outputs({frontend::matmul(x, w)});
     args = {random_buffer(x.shape(), rng, 1.0), random_buffer(w.shape(), rng, 0.05)};
   } else {
-    Tensor x = g.parameter("x", frontend::f32({m, kD}));
-    Tensor rhs = kind == 0 ? g.parameter("w", frontend::f32({e, kD, kI})) : g.parameter("dy", frontend::f32({m, kI}));
+    Tensor x = g.parameter("x", ir::Shape(dt, std::vector<int64_t>{m, kD}));
+    Tensor rhs = kind == 0 ? g.parameter("w", ir::Shape(dt, std::vector<int64_t>{e, kD, kI}))
+                           : g.parameter("dy", ir::Shape(dt, std::vector<int64_t>{m, kI}));
     Tensor sizes = g.parameter("sizes", frontend::s32({e}));
     ir::Instr* y = kind == 0 ? b.grouped_matmul(x.instr(), rhs.instr(), sizes.instr())
                              : b.grouped_matmul_weight_grad(x.instr(), rhs.instr(), sizes.instr());
@@ -148,10 +150,12 @@ Program gmm_program(int kind, int64_t e, int64_t k) {
   return {compile(*module), std::move(args)};
 }
 
-void bm_gmm(benchmark::State& state, int64_t e, int64_t k) {
-  std::string tag = "/E" + std::to_string(e) + "/k" + std::to_string(k);
+std::string dtype_tag(ir::DType dt) { return dt == ir::DType::kBF16 ? "/bf16" : "/f32"; }
+
+void bm_gmm(benchmark::State& state, int64_t e, int64_t k, ir::DType dt) {
+  std::string tag = "/E" + std::to_string(e) + "/k" + std::to_string(k) + dtype_tag(dt);
   double flops = 2.0 * static_cast<double>(kTokens * k) * kD * kI;
-  Program gmm = gmm_program(0, e, k), tgmm = gmm_program(1, e, k), sgemm = gmm_program(2, e, k);
+  Program gmm = gmm_program(0, e, k, dt), tgmm = gmm_program(1, e, k, dt), sgemm = gmm_program(2, e, k, dt);
   run_alternately(state, {{"gmm" + tag, gmm.exe.get(), &gmm.args, flops},
                           {"tgmm" + tag, tgmm.exe.get(), &tgmm.args, flops},
                           {"sgemm" + tag, sgemm.exe.get(), &sgemm.args, flops}});
@@ -227,10 +231,13 @@ void register_all() {
   for (int64_t e : {8, 16, 32}) {
     for (int64_t k : {2, 4}) {
       std::string tag = "/E" + std::to_string(e) + "/k" + std::to_string(k);
-      benchmark::RegisterBenchmark(("gmm_vs_sgemm" + tag).c_str(), [=](benchmark::State& s) { bm_gmm(s, e, k); })
-          ->UseManualTime()
-          ->Iterations(9)
-          ->Unit(benchmark::kMillisecond);
+      for (ir::DType dt : {ir::DType::kF32, ir::DType::kBF16}) {
+        benchmark::RegisterBenchmark(("gmm_vs_sgemm" + tag + dtype_tag(dt)).c_str(),
+                                     [=](benchmark::State& s) { bm_gmm(s, e, k, dt); })
+            ->UseManualTime()
+            ->Iterations(9)
+            ->Unit(benchmark::kMillisecond);
+      }
       benchmark::RegisterBenchmark(("moe_layer_sparse_vs_dense" + tag).c_str(),
                                    [=](benchmark::State& s) { bm_moe_layer(s, e, k); })
           ->UseManualTime()
@@ -243,19 +250,21 @@ void register_all() {
 void print_table() {
   auto& r = results();
   auto get = [&](const std::string& n) { return r.count(n) ? r[n] : 0.0; };
-  std::printf("\nGrouped matmul vs one sgemm of the same total shape (M = %lld tokens x k, K = %lld, N = %lld;\n"
-              "balanced random routing), f32, medians:\n",
+  std::printf("\nGrouped matmul vs one GEMM of the same total shape (M = %lld tokens x k, K = %lld, N = %lld;\n"
+              "balanced random routing; f32: sgemm, bf16: oneDNN bf16 matmul), medians:\n",
               static_cast<long long>(kTokens), static_cast<long long>(kD), static_cast<long long>(kI));
-  std::printf("%-8s %8s %10s %10s %10s %8s %8s\n", "config", "M", "gmm GF/s", "tgmm GF/s", "sgemm GF/s", "gmm/ref",
+  std::printf("%-13s %8s %10s %10s %10s %8s %8s\n", "config", "M", "gmm GF/s", "tgmm GF/s", "gemm GF/s", "gmm/ref",
               "tgmm/ref");
-  for (int64_t e : {8, 16, 32}) {
-    for (int64_t k : {2, 4}) {
-      std::string tag = "/E" + std::to_string(e) + "/k" + std::to_string(k);
-      double flops = 2.0 * kTokens * k * kD * kI * 1e-9;
-      double a = get("gmm" + tag), b = get("tgmm" + tag), c = get("sgemm" + tag);
-      if (a == 0 || b == 0 || c == 0) continue;
-      std::printf("%-8s %8lld %10.1f %10.1f %10.1f %7.0f%% %7.0f%%\n", tag.substr(1).c_str(),
-                  static_cast<long long>(kTokens * k), flops / a, flops / b, flops / c, 100 * c / a, 100 * c / b);
+  for (const char* dt : {"/f32", "/bf16"}) {
+    for (int64_t e : {8, 16, 32}) {
+      for (int64_t k : {2, 4}) {
+        std::string tag = "/E" + std::to_string(e) + "/k" + std::to_string(k) + dt;
+        double flops = 2.0 * kTokens * k * kD * kI * 1e-9;
+        double a = get("gmm" + tag), b = get("tgmm" + tag), c = get("sgemm" + tag);
+        if (a == 0 || b == 0 || c == 0) continue;
+        std::printf("%-13s %8lld %10.1f %10.1f %10.1f %7.0f%% %7.0f%%\n", tag.substr(1).c_str(),
+                    static_cast<long long>(kTokens * k), flops / a, flops / b, flops / c, 100 * c / a, 100 * c / b);
+      }
     }
   }
   std::printf("\nMoE layer forward+backward (B=%lld, T=%lld, D=%lld, expert width %lld), CPU backend, medians:\n",
