@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/config/config.h"
 #include "kiln/runtime/local_world.h"
 #include "kiln/runtime/reduce.h"
 #include "kiln/runtime/run_on_devices.h"
@@ -202,6 +203,20 @@ TEST(RuntimeMakeWorld, PicksVirtualDevicesWithoutMpirunAndChecksTheMesh) {
   EXPECT_EQ(launcher_num_ranks().status().message(),
             "OMPI_COMM_WORLD_SIZE=two: expected a positive number of ranks");
   ::unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
+TEST(RuntimeMakeWorld, FromAConfigUsesItsMeshAndLocalDevices) {
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("PMI_SIZE");
+  config::LoadOptions lo;
+  lo.configs_dir = std::string(KILN_SOURCE_DIR) + "/configs";
+  lo.overrides = {"local_devices=4", "ici_fsdp_parallelism=2", "ici_data_parallelism=2"};
+  Result<config::Config> c = config::load(lo);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  Result<std::unique_ptr<World>> w = make_world(*c);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ((*w)->local_devices(), 4);
+  EXPECT_EQ((*w)->device(3).device(), 3);
 }
 
 }  // namespace
