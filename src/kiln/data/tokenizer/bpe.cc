@@ -1,6 +1,9 @@
 #include "kiln/data/tokenizer/bpe.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <queue>
 
 #include "kiln/base/check.h"
@@ -26,45 +29,58 @@ uint64_t RankTable::hash_bytes(std::string_view bytes) {
   return mix64(h ^ w ^ (uint64_t{n} << 59));
 }
 
+uint64_t RankTable::next_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
 void RankTable::grow() {
   std::vector<Slot> old = std::move(slots_);
   slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
-  size_t mask = slots_.size() - 1;
+  const size_t mask = slots_.size() - 1;
   for (const Slot& s : old) {
     if (s.rank == kNone) continue;
-    size_t i = s.hash & mask;
+    // The tag is the hash's high half, the start slot its low bits: recompute from bytes.
+    uint64_t h = hash_bytes(std::string_view(arena_.data() + offset_[s.rank], length_[s.rank]));
+    size_t i = h & mask;
     while (slots_[i].rank != kNone) i = (i + 1) & mask;
     slots_[i] = s;
   }
 }
 
+bool RankTable::same(uint32_t rank, std::string_view bytes) const {
+  return length_[rank] == bytes.size() && std::memcmp(arena_.data() + offset_[rank], bytes.data(), bytes.size()) == 0;
+}
+
 bool RankTable::insert(std::string_view bytes, uint32_t rank) {
   KILN_CHECK(rank != kNone);
+  if (find(bytes) != kNone) return false;
   if ((size_ + 1) * 2 > slots_.size()) grow();  // load factor <= 1/2 keeps probes short
-  uint64_t h = hash_bytes(bytes);
-  size_t mask = slots_.size() - 1;
-  size_t i = h & mask;
-  while (slots_[i].rank != kNone) {
-    const Slot& s = slots_[i];
-    if (s.hash == h && std::string_view(arena_.data() + s.offset, s.length) == bytes) return false;
-    i = (i + 1) & mask;
+  if (rank >= offset_.size()) {
+    offset_.resize(rank + 1, 0);
+    length_.resize(rank + 1, 0);
   }
-  slots_[i] = Slot{h, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(bytes.size()), rank};
+  if (length_[rank] != 0) return false;  // two tokens with one rank
+  offset_[rank] = static_cast<uint32_t>(arena_.size());
+  length_[rank] = static_cast<uint32_t>(bytes.size());
   arena_.append(bytes);
+  const uint64_t h = hash_bytes(bytes);
+  const size_t mask = slots_.size() - 1;
+  size_t i = h & mask;
+  while (slots_[i].rank != kNone) i = (i + 1) & mask;
+  slots_[i] = Slot{static_cast<uint32_t>(h >> 32), rank};
   ++size_;
   return true;
 }
 
-uint32_t RankTable::find(std::string_view bytes) const {
+uint32_t RankTable::find(std::string_view bytes, uint64_t h) const {
   if (slots_.empty()) return kNone;
-  uint64_t h = hash_bytes(bytes);
-  size_t mask = slots_.size() - 1;
+  const size_t mask = slots_.size() - 1;
+  const uint32_t tag = static_cast<uint32_t>(h >> 32);
   for (size_t i = h & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
     if (s.rank == kNone) return kNone;
-    if (s.hash == h && s.length == bytes.size() && std::memcmp(arena_.data() + s.offset, bytes.data(), s.length) == 0) {
-      return s.rank;
-    }
+    if (s.tag == tag && same(s.rank, bytes)) return s.rank;
   }
 }
 
@@ -152,16 +168,55 @@ void merge_heap(std::string_view piece, const RankTable& ranks, std::vector<int3
   for (uint32_t i = 0; i < n; i = end[i]) out.push_back(byte_rank(ranks, piece.substr(i, end[i] - i)));
 }
 
+namespace {
+
+// A direct-mapped, per-thread cache of merged pieces: English text repeats its words, and a
+// hit costs one hash (already computed for the whole-piece lookup) and one compare.
+struct PieceCache {
+  static constexpr size_t kEntries = 4096, kMaxBytes = 24, kMaxIds = 6;
+  struct Entry {
+    uint64_t table = 0;  // RankTable::id(); ids start at 1
+    uint64_t hash = 0;
+    uint8_t length = 0, count = 0;
+    char bytes[kMaxBytes];
+    int32_t ids[kMaxIds];
+  };
+  Entry entries[kEntries];
+};
+
+}  // namespace
+
 void encode_piece(std::string_view piece, const RankTable& ranks, std::vector<int32_t>& out) {
   if (piece.empty()) return;
   // A piece that is itself a token is that token, as in tiktoken (BPE might not reach it).
-  uint32_t whole = ranks.find(piece);
+  const uint64_t h = RankTable::hash_bytes(piece);
+  uint32_t whole = ranks.find(piece, h);
   if (whole != RankTable::kNone) {
     out.push_back(static_cast<int32_t>(whole));
-  } else if (piece.size() < kHeapMergeMinBytes) {
-    merge_linear(piece, ranks, out);
-  } else {
+    return;
+  }
+  if (piece.size() >= kHeapMergeMinBytes) {
     merge_heap(piece, ranks, out);
+    return;
+  }
+  thread_local std::unique_ptr<PieceCache> cache = std::make_unique<PieceCache>();
+  const bool cacheable = piece.size() <= PieceCache::kMaxBytes;
+  PieceCache::Entry& e = cache->entries[(h >> 7) % PieceCache::kEntries];
+  if (cacheable && e.table == ranks.id() && e.hash == h && e.length == piece.size() &&
+      std::memcmp(e.bytes, piece.data(), piece.size()) == 0) {
+    out.insert(out.end(), e.ids, e.ids + e.count);
+    return;
+  }
+  const size_t first = out.size();
+  merge_linear(piece, ranks, out);
+  const size_t count = out.size() - first;
+  if (cacheable && count <= PieceCache::kMaxIds) {
+    e.table = ranks.id();
+    e.hash = h;
+    e.length = static_cast<uint8_t>(piece.size());
+    e.count = static_cast<uint8_t>(count);
+    std::memcpy(e.bytes, piece.data(), piece.size());
+    std::copy(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(), e.ids);
   }
 }
 

@@ -22,23 +22,33 @@ class RankTable {
   static constexpr uint32_t kNone = 0xFFFFFFFFu;
   // Adds a token; false if the bytes were already present (a malformed rank file).
   bool insert(std::string_view bytes, uint32_t rank);
-  uint32_t find(std::string_view bytes) const;
+  uint32_t find(std::string_view bytes) const { return find(bytes, hash_bytes(bytes)); }
+  uint32_t find(std::string_view bytes, uint64_t hash) const;
   size_t size() const { return size_; }
+  // Unique per table for the life of the process (caches key on it, not on the address,
+  // which a later table may reuse).
+  uint64_t id() const { return id_; }
+  static uint64_t hash_bytes(std::string_view bytes);
 
  private:
+  // Probe slots are 8 bytes (a 32-bit hash tag and the rank) so the 2^19 slots of o200k
+  // fit in 4 MiB; the bytes of rank r are arena_[offset_[r], offset_[r] + length_[r]).
   struct Slot {
-    uint64_t hash = 0;
-    uint32_t offset = 0, length = 0;
+    uint32_t tag = 0;
     uint32_t rank = kNone;  // kNone: empty slot
   };
   void grow();
-  static uint64_t hash_bytes(std::string_view bytes);
+  bool same(uint32_t rank, std::string_view bytes) const;
   std::string arena_;
+  std::vector<uint32_t> offset_, length_;  // by rank
   std::vector<Slot> slots_;
   size_t size_ = 0;
+  uint64_t id_ = next_id();
+  static uint64_t next_id();
 };
 
-// Appends the ranks (= token ids) of `piece` to `out`.
+// Appends the ranks (= token ids) of `piece` to `out`. Pieces that need merging are kept in
+// a small per-thread cache (frequent words recur), so each is merged once per thread.
 void encode_piece(std::string_view piece, const RankTable& ranks, std::vector<int32_t>& out);
 
 // The two merge strategies, exposed so tests can check that they agree.
