@@ -13,7 +13,7 @@ PACKAGES=(
   libsentencepiece-dev  # tokenizer_type=sentencepiece
   libopenmpi-dev openmpi-bin  # runtime: mpirun -np R across processes and hosts (docs/sharding.md)
   libpcre2-dev  # tokenizer_type=tiktoken: the split patterns (Unicode properties)
-  fortunes-min  # the default real-text corpus (docs/data.md): /usr/share/games/fortunes
+  fortunes  # the default real-text corpus of make run (docs/data.md): /usr/share/games/fortunes
   python3-protobuf protobuf-compiler  # the independent TensorBoard event-file reader (tests/reference)
 )
 

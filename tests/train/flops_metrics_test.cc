@@ -96,7 +96,7 @@ TEST(Metrics, ConsoleLineStartsWithMaxTextsFormat) {
   EXPECT_EQ(console_line(r),
             "completed step: 12, seconds: 0.182, TFLOP/s/device: 22.185, Tokens/s/device: 5630.457, "
             "total_weights: 4096, loss: 10.871, lm_loss: 10.871, learning_rate: 3.000e-05, grad_norm: 0.500, "
-            "raw_grad_norm: 2.250, moe_lb_loss: 0.012500, MFU: 2.42%");
+            "raw_grad_norm: 2.250, moe_lb_loss: 0.012500, MFU: 2.42%, data_wait: 0.000");
   std::string json = json_line(r);
   EXPECT_EQ(json.rfind("{\"step\": 12, \"loss\": 10.87149, ", 0), 0u) << json;
   EXPECT_NE(json.find("\"learning_rate\": 3e-05"), std::string::npos) << json;

@@ -334,7 +334,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& enum_keys()
       {"lr_schedule_type", {"cosine", "wsd"}},
       {"wsd_decay_style", {"linear", "cosine"}},
       {"dataset_type", {"synthetic", "tokens", "text"}},
-      {"tokenizer_type", {"sentencepiece", "tiktoken"}},
+      {"tokenizer_type", {"sentencepiece", "tiktoken", "bytes"}},
       {"profiler", {"", "trace"}},
   };
   return kEnums;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kiln/base/status.h"
+#include "kiln/data/batch_split.h"
 #include "kiln/data/shard.h"
 
 namespace kiln::data {
@@ -60,8 +61,18 @@ class TokenPipeline {
   int64_t samples_per_epoch() const { return static_cast<int64_t>(rows_.size()); }
   // Global batch k split over `num_shards` data-parallel shards: shard `shard`'s rows.
   Batch batch(int64_t k, int64_t shard = 0, int64_t num_shards = 1) const;
+  // Global batch k's rows for `device` of a mesh (batch_split.h): the same global batches
+  // whatever the mesh.
+  Batch batch_for_device(int64_t k, const BatchSplit& split, int64_t device) const {
+    return batch(k, split.shard_of_device.at(static_cast<size_t>(device)), split.num_shards);
+  }
   // The next global batch (all rows); advances the state by G samples.
   Batch next();
+  // The index k of the next global batch, and moving past it without building it (for a
+  // prefetcher that builds batch(k) on its own thread).
+  int64_t next_batch_index() const { return next_sample_ / options_.global_batch; }
+  void advance() { next_sample_ += options_.global_batch; }
+  int64_t global_batch() const { return options_.global_batch; }
 
   IteratorState state() const { return {next_sample_, options_.seed, fingerprint_}; }
   // Fails (invalid_argument) if the state is from another seed or corpus layout.

@@ -31,10 +31,10 @@ std::string console_line(const StepRecord& r) {
   return fmt::format(
       "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.3f}, "
       "total_weights: {}, loss: {:.3f}, lm_loss: {:.3f}, learning_rate: {:.3e}, grad_norm: {:.3f}, "
-      "raw_grad_norm: {:.3f}, moe_lb_loss: {:.6f}, MFU: {:.2f}%",
+      "raw_grad_norm: {:.3f}, moe_lb_loss: {:.6f}, MFU: {:.2f}%, data_wait: {:.3f}",
       r.step, r.step_time_s, r.tflops_per_s_per_device, r.tokens_per_s_per_device,
       static_cast<int64_t>(std::llround(r.total_weights)), shown(r.loss), shown(r.lm_loss), r.learning_rate,
-      shown(r.grad_norm), shown(r.raw_grad_norm), shown(r.moe_lb_loss), 100.0 * r.mfu) +
+      shown(r.grad_norm), shown(r.raw_grad_norm), shown(r.moe_lb_loss), 100.0 * r.mfu, r.data_wait_s) +
          expert_load_text(r);
 }
 
@@ -58,10 +58,12 @@ std::string json_line(const StepRecord& r) {
   std::string line = fmt::format(
       "{{\"step\": {}, \"loss\": {}, \"lm_loss\": {}, \"total_weights\": {}, \"moe_lb_loss\": {}, "
       "\"z_loss\": {}, \"grad_norm\": {}, \"raw_grad_norm\": {}, \"param_norm\": {}, \"learning_rate\": {}, "
-      "\"step_time_s\": {}, \"tokens_per_s_per_device\": {}, \"tflops_per_s_per_device\": {}, \"mfu\": {}}}",
+      "\"step_time_s\": {}, \"data_wait_s\": {}, \"tokens_per_s_per_device\": {}, \"tflops_per_s_per_device\": {}, "
+      "\"mfu\": {}}}",
       r.step, number(r.loss), number(r.lm_loss), number(r.total_weights), number(r.moe_lb_loss), number(r.z_loss),
       number(r.grad_norm), number(r.raw_grad_norm), number(r.param_norm), number(r.learning_rate),
-      number(r.step_time_s), number(r.tokens_per_s_per_device), number(r.tflops_per_s_per_device), number(r.mfu));
+      number(r.step_time_s), number(r.data_wait_s), number(r.tokens_per_s_per_device),
+      number(r.tflops_per_s_per_device), number(r.mfu));
   if (!r.expert_load.empty()) line.insert(line.size() - 1, expert_load_json(r));  // before the closing brace
   return line;
 }

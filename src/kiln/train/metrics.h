@@ -3,9 +3,10 @@
 // Console (MaxText 2026-02's metric_logger line, then Kiln's additions after `loss`):
 //   completed step: 12, seconds: 1.234, TFLOP/s/device: 0.011, Tokens/s/device: 829.876,
 //   total_weights: 1024, loss: 7.123, lm_loss: 7.123, learning_rate: 3.000e-05,
-//   grad_norm: 0.812, raw_grad_norm: 0.812, moe_lb_loss: 0.000000, MFU: 4.71%
-// (one line). metrics.jsonl: one JSON object per step with the fields of StepRecord under
-// the same names; non-finite numbers are written as null (JSON has no NaN).
+//   grad_norm: 0.812, raw_grad_norm: 0.812, moe_lb_loss: 0.000000, MFU: 4.71%, data_wait: 0.000
+// (one line; data_wait: seconds the step waited for its batch). metrics.jsonl: one JSON
+// object per step with the fields of StepRecord under the same names; non-finite numbers
+// are written as null (JSON has no NaN).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@ struct StepRecord {
   double param_norm = 0;     // after the update
   double learning_rate = 0;  // used by this step
   double step_time_s = 0;    // wall time since the previous step completed
+  double data_wait_s = 0;    // part of it spent waiting for the batch (0 when prefetch keeps up)
   double tokens_per_s_per_device = 0;
   double tflops_per_s_per_device = 0;
   double mfu = 0;            // tflops_per_s_per_device / hardware_peak_tflops (a fraction)

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
-#include "kiln/data/corpus.h"
+#include "kiln/train/data_source.h"
 #include "kiln/interp/interpreter.h"
 
 namespace kiln::train {
@@ -50,40 +50,11 @@ std::string grouped(int64_t n) {
 }
 
 Status check_supported(const config::Config& config) {
-  if (config.get_string("dataset_type") != "synthetic" && config.get_string("dataset_type") != "tokens") {
-    return invalid_argument("dataset_type={}: the trainer reads synthetic data or token shards (dataset_type=synthetic "
-                            "or tokens; text is not built yet: run kiln tokenize first)",
-                            config.get_string("dataset_type"));
-  }
   if (config.get_int("gradient_accumulation_steps") != 1) {
     return invalid_argument("gradient_accumulation_steps={}: the trainer does not accumulate gradients yet; use 1",
                             config.get_int("gradient_accumulation_steps"));
   }
   return ok_status();
-}
-
-// dataset_type=tokens: the shards under dataset_path, packed into global batches of
-// micro_batch_size rows of max_target_length tokens (docs/data.md).
-Result<std::unique_ptr<data::TokenPipeline>> open_token_pipeline(const config::Config& config, data::Split split) {
-  KILN_ASSIGN_OR_RETURN(auto shards, data::open_shards(config.get_string("dataset_path")));
-  data::PipelineOptions o;
-  o.global_batch = config.derived().micro_batch_size;
-  o.seq_len = config.get_int("max_target_length");
-  o.model_vocab = config.get_int("vocab_size");
-  o.add_bos = config.get_bool("add_bos");
-  o.add_eos = config.get_bool("add_eos");
-  o.packing = config.get_bool("packing");
-  o.seed = static_cast<uint64_t>(config.get_int("data_shuffle_seed"));
-  o.split = split;
-  Result<std::unique_ptr<data::TokenPipeline>> p = data::TokenPipeline::create(std::move(shards), o);
-  if (!p.ok()) return p.status().with_context("dataset_path=" + config.get_string("dataset_path"));
-  return p;
-}
-
-HostBatch to_host_batch(const data::Batch& b) {
-  ir::Shape shape(ir::DType::kS32, {b.batch, b.seq_len});
-  auto literal = [&](const std::vector<int32_t>& v) { return ir::Literal(shape, std::vector<double>(v.begin(), v.end())); };
-  return {literal(b.inputs), literal(b.targets), literal(b.positions), literal(b.segmentation)};
 }
 
 }  // namespace
@@ -148,25 +119,15 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->peak_tflops_ = config.get_float("hardware_peak_tflops");
   const config::Derived& d = config.derived();
 
-  // dataset_type=tokens: open and check the data before tracing or compiling anything.
-  if (config.get_string("dataset_type") == "tokens") {
-    const bool eval = config.get_int("eval_interval") > 0;
-    KILN_ASSIGN_OR_RETURN(t->tokens_, open_token_pipeline(config, eval ? data::Split::kTrain : data::Split::kAll));
-    t->print(fmt::format("data: token shards from {}: {} sequences of {} tokens per epoch (packing={}, "
-                         "data_shuffle_seed={})",
-                         config.get_string("dataset_path"), t->tokens_->samples_per_epoch(),
-                         config.get_int("max_target_length"), config.get_bool("packing"),
-                         config.get_int("data_shuffle_seed")));
-    if (eval) {
-      KILN_ASSIGN_OR_RETURN(t->eval_tokens_, open_token_pipeline(config, data::Split::kEval));
-      t->eval_interval_ = config.get_int("eval_interval");
-      const int64_t whole = std::max<int64_t>(1, t->eval_tokens_->samples_per_epoch() / d.micro_batch_size);
-      t->eval_batches_ = config.get_int("eval_steps") > 0 ? config.get_int("eval_steps") : whole;
-      t->print(fmt::format("eval: every {} steps, {} batches of the held-out split (every {}th document: {} "
-                           "sequences)",
-                           t->eval_interval_, t->eval_batches_, data::kEvalStride,
-                           t->eval_tokens_->samples_per_epoch()));
-    }
+  // The data (dataset_type): opened and checked before tracing or compiling anything.
+  {
+    KILN_ASSIGN_OR_RETURN(DataSources data, open_data_sources(config));
+    for (const std::string& line : data.report) t->print(line);
+    t->tokens_ = std::move(data.train);
+    t->eval_tokens_ = std::move(data.eval);
+    t->eval_interval_ = data.eval_interval;
+    t->eval_batches_ = data.eval_batches;
+    t->prefetch_depth_ = config.get_int("prefetch_depth");
   }
 
   // Where the run writes.
@@ -231,6 +192,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
     }
   }
   if (t->runner_ == nullptr) t->runner_ = make_interpreter_runner(t->program_);
+  if (t->eval_tokens_) KILN_RETURN_IF_ERROR(t->build_eval(config));
 
   // Initial state: parameters from the init program, zero moments, step 0.
   Clock::time_point init_start = Clock::now();
@@ -260,7 +222,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->max_checkpoints_ = config.get_int("max_num_checkpoints_to_keep");
   t->config_yaml_ = config.to_yaml();
   t->mesh_json_ = {{"axes", d.mesh.axes}, {"ici", d.mesh.ici}, {"dcn", d.mesh.dcn}, {"num_devices", d.num_devices}};
-  t->data_json_ = {{"type", "synthetic"},
+  t->data_json_ = {{"type", t->tokens_ ? "tokens" : "synthetic"},
                    {"data_shuffle_seed", config.get_int("data_shuffle_seed")},
                    {"reuse_example_batch", config.get_int("reuse_example_batch")}};
   t->rng_json_ = {{"init_weights_seed", config.get_int("init_weights_seed")}};
@@ -433,7 +395,10 @@ Status Trainer::wait_for_checkpoint() { return saver_.wait(); }
 Result<StepRecord> Trainer::run_step() {
   const Clock::time_point step_begin = last_step_end_, feed_begin = Clock::now();
   observer_->step_begin(step_);
-  HostBatch batch = tokens_ ? to_host_batch(tokens_->next()) : data_.next();
+  if (!prefetch_) start_prefetch();
+  double data_wait_s = 0;
+  HostBatch batch = prefetch_->next(&data_wait_s);
+  if (tokens_) tokens_->advance();
   runner_->set_arg(program_.batch_arg(0), batch.inputs);
   runner_->set_arg(program_.batch_arg(1), batch.targets);
   runner_->set_arg(program_.batch_arg(2), batch.positions);
@@ -446,6 +411,7 @@ Result<StepRecord> Trainer::run_step() {
   StepRecord r;
   r.step = step_;
   r.step_time_s = seconds_since(last_step_end_);
+  r.data_wait_s = data_wait_s;
   last_step_end_ = Clock::now();
   r.loss = metric(StepMetric::kLoss);
   r.total_weights = metric(StepMetric::kTotalWeights);
@@ -475,32 +441,23 @@ Result<StepRecord> Trainer::run_step() {
     (void)extra_metrics_.flush();
     return loss_ok;
   }
-  if (eval_tokens_ && step_ % eval_interval_ == 0) KILN_RETURN_IF_ERROR(run_eval());
+  if (eval_tokens_ && step_ % eval_interval_ == 0) KILN_RETURN_IF_ERROR(evaluate().status());
   return r;
 }
 
-Status Trainer::run_eval() {
-  // There is no forward-only program yet: each eval batch runs the training step and the
-  // state is put back, so the loss is the current parameters' and nothing is updated.
-  std::vector<ir::Literal> state;
-  for (int64_t i = 0; i < program_.num_state(); ++i) state.push_back(runner_->arg(i));
-  double xent = 0, weights = 0;
-  for (int64_t k = 0; k < eval_batches_; ++k) {
-    HostBatch batch = to_host_batch(eval_tokens_->batch(k));
-    runner_->set_arg(program_.batch_arg(0), batch.inputs);
-    runner_->set_arg(program_.batch_arg(1), batch.targets);
-    runner_->set_arg(program_.batch_arg(2), batch.positions);
-    runner_->set_arg(program_.batch_arg(3), batch.segmentation);
-    KILN_RETURN_IF_ERROR(runner_->run());
-    xent += runner_->metric(StepMetric::kXentSum);
-    weights += runner_->metric(StepMetric::kTotalWeights);
-    for (int64_t i = 0; i < program_.num_state(); ++i) runner_->set_arg(i, state[i]);
+void Trainer::start_prefetch() {
+  // The producer runs on the prefetch thread only; it reads the pipeline's layout (never its
+  // position, which this thread advances) or numbers synthetic batches.
+  if (tokens_) {
+    data::TokenPipeline* p = tokens_.get();
+    prefetch_ = std::make_unique<data::Prefetcher<HostBatch>>(
+        [p](int64_t k) { return to_host_batch(p->batch(k)); }, p->next_batch_index(), prefetch_depth_);
+  } else {
+    // SyntheticData::next() knows reuse_example_batch; a restore has already skipped ahead.
+    SyntheticData* s = &data_;
+    prefetch_ = std::make_unique<data::Prefetcher<HostBatch>>([s](int64_t) { return s->next(); }, 0,
+                                                              prefetch_depth_);
   }
-  const double loss = weights > 0 ? xent / weights : 0.0;
-  print(fmt::format("eval after step {}: eval loss {:.3f}, perplexity {:.3f} ({} batches, {} target tokens)", step_,
-                    loss, std::exp(loss), eval_batches_, static_cast<int64_t>(weights)));
-  last_step_end_ = Clock::now();  // the next step's time excludes the evaluation
-  return ok_status();
 }
 
 Status Trainer::check_loss(const StepRecord& r) const {

@@ -23,8 +23,10 @@
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/config/config.h"
 #include "kiln/data/pipeline.h"
+#include "kiln/data/prefetch.h"
 #include "kiln/ir/literal.h"
 #include "kiln/models/model.h"
+#include "kiln/train/eval_program.h"
 #include "kiln/train/flops.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/observability.h"
@@ -75,8 +77,12 @@ class Trainer {
   std::vector<ir::Literal> params() const;
   const StepProgram& program() const { return program_; }
   const char* executor_name() const { return runner_->name(); }
-  // dataset_type=tokens: the input pipeline (its state() is what a checkpoint saves); else null.
+  // dataset_type=tokens or text: the input pipeline (its state() is what a checkpoint
+  // saves); else null.
   data::TokenPipeline* token_pipeline() const { return tokens_.get(); }
+  // Eval loss and perplexity of the current parameters on the eval split (also printed);
+  // failed_precondition without an eval split (eval_interval <= 0 or synthetic data).
+  Result<double> evaluate();
 
   // Checkpoints (docs/checkpoints.md), in {output_dir}/checkpoints/<step>/. With
   // enable_checkpointing, run() saves every checkpoint_period steps and, with
@@ -94,8 +100,8 @@ class Trainer {
   Trainer() = default;
   Status check_loss(const StepRecord& r) const;
   void print(const std::string& line) const;
-  // Eval loss and perplexity of the current parameters on the eval split, printed.
-  Status run_eval();
+  void start_prefetch();  // the background batch thread, from the iterator position
+  Status build_eval(const config::Config& config);  // the forward-only eval program
   checkpoint::CheckpointState snapshot() const;
   // Restores `dir` (a step directory, or a checkpoints directory: its latest) into the state.
   Status restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,
@@ -110,6 +116,12 @@ class Trainer {
   // eval_interval steps on eval_batches_ batches (eval_steps, or -1: the whole split).
   std::unique_ptr<data::TokenPipeline> eval_tokens_;
   int64_t eval_interval_ = 0, eval_batches_ = 0;
+  std::unique_ptr<EvalRunner> eval_runner_;  // the forward-only program (eval_program.h)
+  std::vector<HostBatch> eval_data_;         // the eval batches: always the same, built once
+  // Batches are built on a background thread (prefetch_depth ahead) from the first step on,
+  // starting at the iterator position (after a restore); data_wait is the time a step waits.
+  int64_t prefetch_depth_ = 2;
+  std::unique_ptr<data::Prefetcher<HostBatch>> prefetch_;  // after the data it reads
   std::unique_ptr<StepRunner> runner_;  // holds the state; declared after program_, which it reads
   int64_t step_ = 0;
   int64_t steps_ = 0;
