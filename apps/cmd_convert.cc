@@ -1,6 +1,7 @@
 // kiln convert --from hf --to kiln IN OUT | --from kiln --to hf IN OUT: GPT-OSS weights
 // between the Hugging Face layout (config.json + model*.safetensors, with
-// model.safetensors.index.json for several shards) and a Kiln checkpoint (parameters only,
+// model.safetensors.index.json for several shards; MXFP4 expert blocks are dequantized to
+// bf16) and a Kiln checkpoint (parameters only,
 // written as OUT/0/, so load_parameters_path=OUT starts a run from them). Mapping:
 // kiln/checkpoint/hf_gpt_oss.h.
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "command.h"
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/checkpoint/hf_gpt_oss.h"
+#include "kiln/checkpoint/mxfp4.h"
 #include "kiln/checkpoint/safetensors.h"
 
 namespace kiln::app {
@@ -46,18 +48,14 @@ Status hf_to_kiln(const fs::path& in, const fs::path& out) {
   } else {
     files.push_back("model.safetensors");
   }
-  checkpoint::TensorMap hf;
-  for (const std::string& f : files) {
-    KILN_ASSIGN_OR_RETURN(checkpoint::SafetensorsFile file, checkpoint::read_safetensors((in / f).string()));
-    for (auto& [name, t] : file.tensors) hf[name] = std::move(t);
-  }
+  std::vector<std::string> paths;
+  for (const std::string& f : files) paths.push_back((in / f).string());
+  // MXFP4 expert blocks (as on the hub) are dequantized to bf16 while reading.
+  KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap hf, checkpoint::read_hf_tensors(paths));
   KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap kiln, checkpoint::gpt_oss_from_hf(hf, config["num_attention_heads"].get<int64_t>()));
   checkpoint::CheckpointState state;
   state.step = 0;
-  for (auto& [name, t] : kiln) {
-    state.names.push_back("params/" + name);
-    state.tensors.push_back(std::move(t));
-  }
+  for (auto& [name, t] : kiln) state.tensors.push_back(checkpoint::StateTensor::global("params/" + name, t));
   state.data_iterator = {{"type", "none"}};
   state.rng = {{"imported_from", "huggingface"}, {"hf_config", config}};
   KILN_RETURN_IF_ERROR(checkpoint::save(out.string(), state));
@@ -67,19 +65,16 @@ Status hf_to_kiln(const fs::path& in, const fs::path& out) {
 }
 
 Status kiln_to_hf(const fs::path& in, const fs::path& out) {
-  std::string dir = in.string();
-  if (!fs::exists(in / "manifest.json")) {
-    std::optional<std::string> latest = checkpoint::latest(dir);
-    if (!latest) return not_found("{} holds no Kiln checkpoint", dir);
-    dir = *latest;
-  }
-  KILN_ASSIGN_OR_RETURN(checkpoint::CheckpointState state, checkpoint::load(dir));
+  KILN_ASSIGN_OR_RETURN(std::string dir, checkpoint::resolve_step_dir(in.string()));
+  // Only the parameters are read (any saved layout: pieces are assembled into global tensors).
+  KILN_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::open(dir));
   checkpoint::TensorMap kiln;
-  for (size_t i = 0; i < state.names.size(); ++i) {
-    if (state.names[i].rfind("params/", 0) == 0) kiln[state.names[i].substr(7)] = state.tensors[i];
+  for (const checkpoint::SavedTensor& t : reader.tensors()) {
+    if (t.name.rfind("params/", 0) != 0) continue;
+    KILN_ASSIGN_OR_RETURN(kiln[t.name.substr(7)], reader.read_global(t.name));
   }
   KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap hf, checkpoint::gpt_oss_to_hf(kiln));
-  KILN_ASSIGN_OR_RETURN(nlohmann::json config, checkpoint::gpt_oss_hf_config(kiln, state.config_yaml));
+  KILN_ASSIGN_OR_RETURN(nlohmann::json config, checkpoint::gpt_oss_hf_config(kiln, reader.config_yaml()));
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) return io_error("creating {}: {}", out.string(), ec.message());
@@ -87,7 +82,7 @@ Status kiln_to_hf(const fs::path& in, const fs::path& out) {
   for (const auto& [name, t] : hf) named.emplace_back(name, &t);
   KILN_RETURN_IF_ERROR(checkpoint::write_safetensors((out / "model.safetensors").string(), named, {{"format", "pt"}}));
   std::ofstream(out / "config.json") << config.dump(2) << "\n";
-  fmt::print("wrote {} Hugging Face tensors of step {} to {}\n", hf.size(), state.step, out.string());
+  fmt::print("wrote {} Hugging Face tensors of step {} to {}\n", hf.size(), reader.step(), out.string());
   return ok_status();
 }
 

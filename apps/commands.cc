@@ -10,6 +10,8 @@ std::function<int()> add_ir_opt_command(CLI::App& cmd);
 std::function<int()> add_ir_run_command(CLI::App& cmd);
 std::function<int()> add_tokenize_command(CLI::App& cmd);
 std::function<int()> add_convert_command(CLI::App& cmd);
+std::function<int()> add_forward_command(CLI::App& cmd);
+std::function<int()> add_sample_command(CLI::App& cmd);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
@@ -22,6 +24,8 @@ const std::vector<Command>& commands() {
       {"ir-run", "Run an IR file with the reference interpreter on random or given inputs", add_ir_run_command},
       {"tokenize", "Text files -> token shards + manifest (--output DIR FILE...); --ids [--decode]: stdin text <-> ids", add_tokenize_command},
       {"convert", "GPT-OSS weights between Hugging Face and Kiln checkpoints: --from hf|kiln --to kiln|hf IN OUT", add_convert_command},
+      {"forward", "Run a checkpoint's model on token ids: kiln forward CKPT tokens=FILE out=LOGITS.npy (+ per-token loss)", add_forward_command},
+      {"sample", "Continue a prompt with a checkpoint: kiln sample CKPT prompt=\"...\" max_new_tokens=N temperature=T seed=S", add_sample_command},
   };
   return kCommands;
 }

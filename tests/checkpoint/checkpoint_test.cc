@@ -3,14 +3,21 @@
 // saves (a process killed mid-save leaves the previous checkpoint as the latest), pruning.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <optional>
 
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/checkpoint/safetensors.h"
@@ -129,9 +136,10 @@ TEST(Safetensors, CorruptHeaderIsAnError) {
 CheckpointState make_state(int64_t step, uint32_t seed) {
   CheckpointState s;
   s.step = step;
-  s.names = {"params/w", "params/b", "mu/w", "mu/b", "nu/w", "nu/b"};
-  for (size_t i = 0; i < s.names.size(); ++i) {
-    s.tensors.push_back(random_literal(i % 2 == 0 ? ir::DType::kF32 : ir::DType::kBF16, {3, 4}, seed + i));
+  const std::vector<std::string> names = {"params/w", "params/b", "mu/w", "mu/b", "nu/w", "nu/b"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    s.tensors.push_back(StateTensor::global(
+        names[i], random_literal(i % 2 == 0 ? ir::DType::kF32 : ir::DType::kBF16, {3, 4}, seed + static_cast<uint32_t>(i))));
   }
   s.config_yaml = "steps: 20\n";
   s.data_iterator = {{"type", "synthetic"}, {"batches_consumed", step}};
@@ -142,14 +150,18 @@ TEST(Checkpoint, SavesAndLoadsAStepDirectory) {
   std::string dir = temp_dir("save_load") + "/checkpoints";
   CheckpointState s = make_state(10, 7);
   ASSERT_TRUE(save(dir, s).ok());
-  EXPECT_TRUE(fs::exists(dir + "/10/state.safetensors"));
+  EXPECT_TRUE(fs::exists(dir + "/10/shard-0.safetensors"));
   EXPECT_TRUE(fs::exists(dir + "/10/manifest.json"));
   EXPECT_EQ(latest(dir), step_dir(dir, 10));
   auto loaded = load(dir + "/10");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(loaded->step, 10);
-  EXPECT_EQ(loaded->names, s.names);
-  for (size_t i = 0; i < s.names.size(); ++i) EXPECT_EQ(loaded->tensors[i], s.tensors[i]) << s.names[i];
+  ASSERT_EQ(loaded->tensors.size(), s.tensors.size());
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    EXPECT_EQ(loaded->tensors[i].name, s.tensors[i].name);
+    EXPECT_EQ(loaded->tensors[i].shape, s.tensors[i].shape) << s.tensors[i].name;
+    EXPECT_EQ(loaded->tensors[i].shards, s.tensors[i].shards) << s.tensors[i].name;
+  }
   EXPECT_EQ(loaded->config_yaml, s.config_yaml);
   EXPECT_EQ(loaded->data_iterator["batches_consumed"], 10);
 }
@@ -157,7 +169,7 @@ TEST(Checkpoint, SavesAndLoadsAStepDirectory) {
 TEST(Checkpoint, ChecksumMismatchIsRefusedNamingTheTensor) {
   std::string dir = temp_dir("checksum") + "/checkpoints";
   ASSERT_TRUE(save(dir, make_state(3, 1)).ok());
-  std::string path = dir + "/3/state.safetensors";
+  std::string path = dir + "/3/shard-0.safetensors";
   std::string bytes = slurp(path);
   bytes[bytes.size() - 1] ^= 0x40;  // last tensor in the file: nu/b
   spit(path, bytes);
@@ -227,13 +239,93 @@ TEST(Checkpoint, KillDuringSaveLeavesThePreviousCheckpointLatest) {
   auto loaded = load(*latest(dir));
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   EXPECT_EQ(loaded->step, 10);
-  EXPECT_EQ(loaded->tensors[0], first.tensors[0]);
+  EXPECT_EQ(loaded->tensors[0].shards, first.tensors[0].shards);
   // The next save removes the dead process's temporary directory.
   ASSERT_TRUE(save(dir, make_state(30, 3)).ok());
   partial = false;
   for (const auto& e : fs::directory_iterator(dir)) partial |= e.path().filename().string().find(".tmp-") != std::string::npos;
   EXPECT_FALSE(partial);
   EXPECT_EQ(list_steps(dir), (std::vector<int64_t>{10, 30}));
+}
+
+// A state large enough (4 × 64 KiB) that a save takes a while, so kills land mid-write.
+CheckpointState big_state(int64_t step) {
+  CheckpointState s;
+  s.step = step;
+  for (int i = 0; i < 4; ++i) {
+    s.tensors.push_back(StateTensor::global("params/w" + std::to_string(i),
+                                            random_literal(ir::DType::kF32, {128, 128}, static_cast<uint32_t>(step * 10 + i))));
+  }
+  s.data_iterator = {{"batches_consumed", step}};
+  return s;
+}
+
+TEST(Checkpoint, SigkillAtRandomMomentsAlwaysLeavesALoadableLatestCheckpoint) {
+  std::string dir = temp_dir("kill_loop") + "/checkpoints";
+  ASSERT_TRUE(save(dir, big_state(0)).ok());
+  std::mt19937 rng(2026);
+  int64_t next = 1, killed_mid_save = 0;
+  for (int round = 0; round < 12; ++round) {
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (int64_t step = next;; ++step) (void)save(dir, big_state(step));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500 + rng() % 20000));
+    ASSERT_EQ(kill(child, SIGKILL), 0);
+    int status = 0;
+    waitpid(child, &status, 0);
+    // The latest complete checkpoint loads, with exactly the state that was saved as it.
+    std::optional<std::string> last = latest(dir);
+    ASSERT_TRUE(last.has_value());
+    auto loaded = load(*last);
+    ASSERT_TRUE(loaded.ok()) << "round " << round << ": " << loaded.status().to_string();
+    CheckpointState want = big_state(loaded->step);
+    for (size_t i = 0; i < want.tensors.size(); ++i) {
+      ASSERT_TRUE(loaded->tensors[i].shards == want.tensors[i].shards) << "round " << round << " step " << loaded->step;
+    }
+    for (const auto& e : fs::directory_iterator(dir)) killed_mid_save += e.path().filename().string().find(".tmp-") != std::string::npos;
+    next = loaded->step + 1;
+  }
+  // Some kills landed inside a save (a temporary directory was left); the next save cleans up.
+  EXPECT_GT(killed_mid_save, 0);
+  ASSERT_TRUE(save(dir, big_state(next)).ok());
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos);
+}
+
+TEST(Checkpoint, FullDiskFailsLoudlyAndKeepsThePreviousCheckpoint) {
+  // A file-size limit (RLIMIT_FSIZE, with SIGXFSZ ignored) makes write() fail with EFBIG as a
+  // full disk does with ENOSPC; set in a child so the test process keeps its limits.
+  std::string dir = temp_dir("full_disk") + "/checkpoints";
+  ASSERT_TRUE(save(dir, make_state(5, 1)).ok());
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = {16 * 1024, 16 * 1024};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    Status st = save(dir, big_state(10));
+    std::string msg = st.ok() ? "saved" : st.message();
+    (void)!write(pipefd[1], msg.data(), msg.size());
+    _exit(st.ok() ? 0 : 1);
+  }
+  close(pipefd[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << msg;
+  EXPECT_NE(msg.find("checkpoint of step 10 not saved (earlier checkpoints kept)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shard-0.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("File too large"), std::string::npos) << msg;
+  EXPECT_EQ(list_steps(dir), (std::vector<int64_t>{5}));
+  EXPECT_TRUE(load(step_dir(dir, 5)).ok());
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos);
 }
 
 TEST(Checkpoint, AsyncSaverWritesInTheBackground) {

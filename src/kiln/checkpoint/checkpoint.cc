@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fcntl.h>
@@ -22,11 +23,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kStateFile = "state.safetensors";
 constexpr const char* kManifestFile = "manifest.json";
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;  // 1: one state.safetensors of global tensors (still read)
 
-std::string checksum(const ir::Literal& t) { return fmt::format("{:016x}", fnv1a64(literal_bytes(t))); }
+std::string checksum(std::string_view bytes) { return fmt::format("{:016x}", fnv1a64(bytes)); }
+
+std::string shard_file(int64_t device) { return fmt::format("shard-{}.safetensors", device); }
 
 std::optional<int64_t> parse_step(const std::string& name) {
   if (name.empty() || name.size() > 18) return std::nullopt;
@@ -67,32 +69,75 @@ Status write_text_file(const std::string& path, const std::string& text) {
   return st;
 }
 
+nlohmann::ordered_json mesh_to_json(const config::Mesh& mesh) {
+  return {{"axes", mesh.axes}, {"ici", mesh.ici}, {"dcn", mesh.dcn}, {"shape", mesh.shape()},
+          {"num_devices", mesh.num_devices()}};
+}
+
+Result<config::Mesh> mesh_from_json(const nlohmann::ordered_json& j, const std::string& where) {
+  config::Mesh mesh;
+  if (!j.is_object()) return data_loss("{}: mesh is not an object", where);
+  try {
+    mesh.axes = j.value("axes", std::vector<std::string>{});
+    mesh.ici = j.value("ici", std::vector<int64_t>(mesh.axes.size(), 1));
+    mesh.dcn = j.value("dcn", std::vector<int64_t>(mesh.axes.size(), 1));
+  } catch (const std::exception& e) {
+    return data_loss("{}: corrupt mesh: {}", where, e.what());
+  }
+  if (mesh.ici.size() != mesh.axes.size() || mesh.dcn.size() != mesh.axes.size()) {
+    return data_loss("{}: corrupt mesh (axes, ici and dcn differ in length)", where);
+  }
+  for (size_t i = 0; i < mesh.axes.size(); ++i) {
+    if (mesh.ici[i] < 1 || mesh.dcn[i] < 1) return data_loss("{}: corrupt mesh (axis {} of size < 1)", where, mesh.axes[i]);
+  }
+  return mesh;
+}
+
 Status save_into(const std::string& tmp, const CheckpointState& state, const SaveOptions& options) {
   std::error_code ec;
   fs::create_directories(tmp, ec);
   if (ec) return io_error("creating {}: {}", tmp, ec.message());
-  if (state.names.size() != state.tensors.size()) {
-    return invalid_argument("checkpoint state has {} names for {} tensors", state.names.size(), state.tensors.size());
-  }
-  std::vector<NamedTensor> named;
+  const int64_t devices = state.mesh.num_devices();
+  // Per owner device, the pieces it writes; per tensor, its manifest entry.
+  std::map<int64_t, std::vector<RawTensor>> files;
   nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
-  for (size_t i = 0; i < state.names.size(); ++i) {
-    named.emplace_back(state.names[i], &state.tensors[i]);
-    const ir::Shape& s = state.tensors[i].shape();
-    tensors[state.names[i]] = {{"shape", s.dims()},
-                               {"dtype", std::string(ir::dtype_name(s.dtype()))},
-                               {"file", kStateFile},
-                               {"fnv1a64", checksum(state.tensors[i])}};
+  for (const StateTensor& t : state.tensors) {
+    const std::vector<int64_t>& dims = t.shape.dims();
+    KILN_RETURN_IF_ERROR(check_sharding(t.name, dims, t.sharding, state.mesh));
+    if (tensors.contains(t.name)) return invalid_argument("tensor {} is saved twice", t.name);
+    const std::string dtype = safetensors_dtype(t.shape.dtype());
+    if (dtype.empty()) return invalid_argument("tensor {} has dtype {}, which checkpoints do not hold", t.name,
+                                               ir::dtype_name(t.shape.dtype()));
+    nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
+    for (int64_t dev : shard_owners(dims, t.sharding, state.mesh)) {
+      const Region r = shard_region(dims, t.sharding, state.mesh, dev);
+      const size_t want = static_cast<size_t>(r.num_elements() * ir::dtype_size(t.shape.dtype()));
+      if (dev >= static_cast<int64_t>(t.shards.size()) || t.shards[dev].size() != want) {
+        return invalid_argument("tensor {}: device {} of {} must hand over its {} shard {} ({} bytes), got {} bytes",
+                                t.name, dev, devices, ir::dtype_name(t.shape.dtype()), ir::dims_to_string(r.dims), want,
+                                dev < static_cast<int64_t>(t.shards.size()) ? t.shards[dev].size() : 0);
+      }
+      files[dev].push_back({t.name, dtype, r.dims, &t.shards[dev]});
+      pieces.push_back({{"file", shard_file(dev)}, {"device", dev}, {"offset", r.offset}, {"dims", r.dims},
+                        {"fnv1a64", checksum(t.shards[dev])}});
+    }
+    tensors[t.name] = {{"shape", dims},
+                       {"dtype", std::string(ir::dtype_name(t.shape.dtype()))},
+                       {"sharding", t.sharding.dims},
+                       {"pieces", pieces}};
   }
-  KILN_RETURN_IF_ERROR(write_safetensors((fs::path(tmp) / kStateFile).string(), named,
-                                         {{"format", "kiln"}, {"step", std::to_string(state.step)}}));
-  if (options.after_file) options.after_file(kStateFile);
+  for (const auto& [dev, raw] : files) {
+    KILN_RETURN_IF_ERROR(write_safetensors_raw((fs::path(tmp) / shard_file(dev)).string(), raw,
+                                               {{"format", "kiln"}, {"step", std::to_string(state.step)},
+                                                {"device", std::to_string(dev)}}));
+    if (options.after_file) options.after_file(shard_file(dev));
+  }
 
   nlohmann::ordered_json manifest = nlohmann::ordered_json::object();
   manifest["format"] = "kiln-checkpoint";
   manifest["version"] = kFormatVersion;
   manifest["step"] = state.step;
-  manifest["mesh"] = state.mesh;
+  manifest["mesh"] = mesh_to_json(state.mesh);
   manifest["data_iterator"] = state.data_iterator;
   manifest["rng"] = state.rng;
   manifest["tensors"] = tensors;
@@ -129,9 +174,17 @@ void prune(const std::string& checkpoints_dir, int64_t max_to_keep) {
 
 }  // namespace
 
-const ir::Literal* CheckpointState::find(const std::string& name) const {
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return &tensors[i];
+StateTensor StateTensor::global(std::string name, const ir::Literal& value) {
+  StateTensor t;
+  t.name = std::move(name);
+  t.shape = value.shape();
+  t.shards.push_back(literal_bytes(value));
+  return t;
+}
+
+const StateTensor* CheckpointState::find(const std::string& name) const {
+  for (const StateTensor& t : tensors) {
+    if (t.name == name) return &t;
   }
   return nullptr;
 }
@@ -190,54 +243,166 @@ std::optional<std::string> latest(const std::string& checkpoints_dir) {
   return step_dir(checkpoints_dir, steps.back());
 }
 
-Result<CheckpointState> load(const std::string& dir) {
+Result<std::string> resolve_step_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / kManifestFile, ec)) return dir;
+  std::optional<std::string> last = latest(dir);
+  if (!last) return not_found("{} holds no complete checkpoint (no manifest.json, no <step>/manifest.json)", dir);
+  return *last;
+}
+
+Result<CheckpointReader> CheckpointReader::open(const std::string& dir) {
   const std::string manifest_path = (fs::path(dir) / kManifestFile).string();
   std::ifstream in(manifest_path);
   if (!in.good()) return not_found("{} is not a checkpoint: no {}", dir, kManifestFile);
   std::stringstream ss;
   ss << in.rdbuf();
-  nlohmann::json manifest = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  // ordered_json keeps the save order of the tensors.
+  nlohmann::ordered_json manifest = nlohmann::ordered_json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("tensors") ||
-      !manifest["tensors"].is_object() || !manifest.contains("step")) {
+      !manifest["tensors"].is_object() || !manifest.contains("step") || !manifest["step"].is_number_integer()) {
     return data_loss("{}: corrupt manifest (not JSON with step and tensors)", manifest_path);
   }
-  if (manifest.value("version", 0) != kFormatVersion) {
-    return data_loss("{}: checkpoint format version {} (this Kiln reads {})", manifest_path, manifest.value("version", 0),
+  const int version = manifest.value("version", 0);
+  if (version != 1 && version != kFormatVersion) {
+    return data_loss("{}: checkpoint format version {} (this Kiln reads 1 and {})", manifest_path, version,
                      kFormatVersion);
   }
-  KILN_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors((fs::path(dir) / kStateFile).string()));
-  CheckpointState state;
-  state.step = manifest["step"].get<int64_t>();
-  state.config_yaml = manifest.value("config", "");
-  state.mesh = manifest.value("mesh", nlohmann::json::object());
-  state.data_iterator = manifest.value("data_iterator", nlohmann::json::object());
-  state.rng = manifest.value("rng", nlohmann::json::object());
-  // Manifest order is the save order; nlohmann::json sorts keys, so follow the file's order.
-  for (const std::string& name : file.names) {
-    if (!manifest["tensors"].contains(name)) return data_loss("{}: tensor {} is not in the manifest", dir, name);
+  CheckpointReader r;
+  r.dir_ = dir;
+  r.step_ = manifest["step"].get<int64_t>();
+  r.config_yaml_ = manifest.value("config", "");
+  r.data_iterator_ = nlohmann::json::parse(manifest.value("data_iterator", nlohmann::ordered_json::object()).dump());
+  r.rng_ = nlohmann::json::parse(manifest.value("rng", nlohmann::ordered_json::object()).dump());
+  // Version 1 saved global tensors in one file; its "mesh" described the run's config.
+  if (version == 1) {
+    r.mesh_ = single_device_mesh();
+  } else {
+    KILN_ASSIGN_OR_RETURN(r.mesh_, mesh_from_json(manifest.value("mesh", nlohmann::ordered_json::object()), manifest_path));
   }
   for (const auto& [name, info] : manifest["tensors"].items()) {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end()) return data_loss("{}: tensor {} is missing from {}", dir, name, kStateFile);
-    const ir::Shape& s = it->second.shape();
-    std::vector<int64_t> dims = info.value("shape", std::vector<int64_t>{});
-    if (dims != s.dims()) {
-      return data_loss("{}: tensor {} has shape {} in {} but {} in the manifest", dir, name, ir::dims_to_string(s.dims()),
-                       kStateFile, ir::dims_to_string(dims));
+    SavedTensor t;
+    t.name = name;
+    try {
+      std::optional<ir::DType> dtype = ir::parse_dtype(info.at("dtype").get<std::string>());
+      if (!dtype) return data_loss("{}: tensor {} has unknown dtype {}", manifest_path, name, info.at("dtype").dump());
+      t.shape = ir::Shape(*dtype, info.at("shape").get<std::vector<int64_t>>());
+      if (version == 1) {
+        t.pieces.push_back({info.at("file").get<std::string>(), name, 0,
+                            Region{std::vector<int64_t>(t.shape.rank(), 0), t.shape.dims()},
+                            info.at("fnv1a64").get<std::string>()});
+      } else {
+        t.sharding.dims = info.at("sharding").get<std::vector<std::vector<std::string>>>();
+        for (const auto& p : info.at("pieces")) {
+          t.pieces.push_back({p.at("file").get<std::string>(), name, p.at("device").get<int64_t>(),
+                              Region{p.at("offset").get<std::vector<int64_t>>(), p.at("dims").get<std::vector<int64_t>>()},
+                              p.at("fnv1a64").get<std::string>()});
+        }
+      }
+    } catch (const std::exception& e) {
+      return data_loss("{}: tensor {}: corrupt manifest entry ({})", manifest_path, name, e.what());
     }
-    if (info.value("dtype", "") != std::string(ir::dtype_name(s.dtype()))) {
-      return data_loss("{}: tensor {} has dtype {} in {} but {} in the manifest", dir, name, ir::dtype_name(s.dtype()),
-                       kStateFile, info.value("dtype", ""));
+    // The pieces must lie inside the tensor and cover it exactly once.
+    int64_t covered = 0;
+    for (const SavedPiece& p : t.pieces) {
+      if (p.region.offset.size() != t.shape.dims().size() || p.region.dims.size() != t.shape.dims().size()) {
+        return data_loss("{}: tensor {}: a piece's rank differs from the tensor's", manifest_path, name);
+      }
+      for (size_t d = 0; d < p.region.dims.size(); ++d) {
+        if (p.region.offset[d] < 0 || p.region.dims[d] < 0 || p.region.offset[d] + p.region.dims[d] > t.shape.dims()[d]) {
+          return data_loss("{}: tensor {}: a piece lies outside {}", manifest_path, name, t.shape.to_string());
+        }
+      }
+      covered += p.region.num_elements();
     }
-    if (info.value("fnv1a64", "") != checksum(it->second)) {
-      return data_loss("{}: tensor {} fails its checksum (fnv1a64 {} in the manifest, {} on disk): the checkpoint is "
-                       "corrupt",
-                       dir, name, info.value("fnv1a64", ""), checksum(it->second));
+    if (covered != t.shape.num_elements()) {
+      return data_loss("{}: tensor {}: its pieces hold {} of its {} elements", manifest_path, name, covered,
+                       t.shape.num_elements());
     }
+    r.by_name_[name] = r.tensors_.size();
+    r.tensors_.push_back(std::move(t));
   }
-  for (const std::string& name : file.names) {
-    state.names.push_back(name);
-    state.tensors.push_back(std::move(file.tensors.at(name)));
+  return r;
+}
+
+const SavedTensor* CheckpointReader::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+Result<std::string> CheckpointReader::read_piece(const SavedTensor& t, const SavedPiece& p) const {
+  auto it = files_.find(p.file);
+  if (it == files_.end()) {
+    Result<SafetensorsIndex> index = index_safetensors((fs::path(dir_) / p.file).string());
+    if (!index.ok()) return Status(index.status().code(), fmt::format("checkpoint {}: tensor {}: {}", dir_, t.name, index.status().message()));
+    it = files_.emplace(p.file, std::move(*index)).first;
+  }
+  const SafetensorsIndex& index = it->second;
+  auto entry = index.entries.find(p.key);
+  if (entry == index.entries.end()) return data_loss("checkpoint {}: tensor {} is missing from {}", dir_, t.name, p.file);
+  if (entry->second.dims != p.region.dims || entry->second.dtype != safetensors_dtype(t.shape.dtype())) {
+    return data_loss("checkpoint {}: tensor {} is {} {} in {} but the manifest says {} {}", dir_, t.name,
+                     entry->second.dtype, ir::dims_to_string(entry->second.dims), p.file,
+                     safetensors_dtype(t.shape.dtype()), ir::dims_to_string(p.region.dims));
+  }
+  KILN_ASSIGN_OR_RETURN(std::string bytes, read_tensor_bytes(index, p.key));
+  if (checksum(bytes) != p.fnv1a64) {
+    return data_loss("checkpoint {}: tensor {} fails its checksum in {} (fnv1a64 {} in the manifest, {} on disk): the "
+                     "checkpoint is corrupt",
+                     dir_, t.name, p.file, p.fnv1a64, checksum(bytes));
+  }
+  return bytes;
+}
+
+Result<std::string> CheckpointReader::read_shard(const std::string& name, const ir::Shape& expected,
+                                                 const ir::Sharding& sharding, const config::Mesh& mesh,
+                                                 int64_t device) const {
+  const SavedTensor* t = find(name);
+  if (t == nullptr) return failed_precondition("checkpoint {}: tensor {} is missing (a different model?)", dir_, name);
+  if (t->shape.dims() != expected.dims() || t->shape.dtype() != expected.dtype()) {
+    return failed_precondition("checkpoint {}: tensor {} is {} but this run needs {} (a different model config?)", dir_,
+                               name, t->shape.to_string(), expected.to_string());
+  }
+  KILN_RETURN_IF_ERROR(check_sharding(name, expected.dims(), sharding, mesh));
+  if (device < 0 || device >= mesh.num_devices()) {
+    return invalid_argument("tensor {}: device {} is not in the mesh ({} devices)", name, device, mesh.num_devices());
+  }
+  const int elem = ir::dtype_size(expected.dtype());
+  const Region want = shard_region(expected.dims(), sharding, mesh, device);
+  std::string out(static_cast<size_t>(want.num_elements() * elem), '\0');
+  for (const SavedPiece& p : t->pieces) {
+    bool overlaps = true;
+    for (size_t d = 0; d < want.dims.size(); ++d) {
+      overlaps &= p.region.offset[d] < want.offset[d] + want.dims[d] && want.offset[d] < p.region.offset[d] + p.region.dims[d];
+    }
+    if (!overlaps) continue;
+    KILN_ASSIGN_OR_RETURN(std::string bytes, read_piece(*t, p));
+    copy_overlap(bytes, p.region, out, want, elem);
+  }
+  return out;
+}
+
+Result<ir::Literal> CheckpointReader::read_global(const std::string& name) const {
+  const SavedTensor* t = find(name);
+  if (t == nullptr) return not_found("checkpoint {}: no tensor {}", dir_, name);
+  KILN_ASSIGN_OR_RETURN(std::string bytes, read_shard(name, t->shape, ir::Sharding{}, single_device_mesh(), 0));
+  return literal_from_bytes(t->shape, bytes);
+}
+
+Result<CheckpointState> load(const std::string& dir) {
+  KILN_ASSIGN_OR_RETURN(CheckpointReader r, CheckpointReader::open(dir));
+  CheckpointState state;
+  state.step = r.step();
+  state.config_yaml = r.config_yaml();
+  state.data_iterator = r.data_iterator();
+  state.rng = r.rng();
+  for (const SavedTensor& t : r.tensors()) {
+    StateTensor s;
+    s.name = t.name;
+    s.shape = t.shape;
+    KILN_ASSIGN_OR_RETURN(std::string bytes, r.read_shard(t.name, t.shape, ir::Sharding{}, single_device_mesh(), 0));
+    s.shards.push_back(std::move(bytes));
+    state.tensors.push_back(std::move(s));
   }
   return state;
 }

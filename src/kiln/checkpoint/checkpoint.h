@@ -1,9 +1,16 @@
 // Kiln checkpoints (docs/checkpoints.md): one directory per step,
 //
 //   {base_output_directory}/{run_name}/checkpoints/<step>/
-//     state.safetensors   "params/<name>", "mu/<name>", "nu/<name>" (global shapes, state dtypes)
-//     manifest.json       step, resolved config YAML, mesh, data-iterator and RNG state, and
-//                         per tensor: shape, dtype, FNV-1a 64 checksum of its bytes
+//     shard-<device>.safetensors  the shards device <device> owns, raw bytes in their dtype
+//     manifest.json               step, resolved config YAML, mesh, data-iterator and RNG
+//                                 state, and per tensor: global shape, dtype, sharding and
+//                                 its pieces (file, device, region, FNV-1a 64 checksum)
+//
+// A tensor is saved from per-device shards given its ir::Sharding over a config::Mesh
+// (shard_layout.h); each distinct shard is written once, by the lowest device holding it.
+// The single-device trainer saves global tensors (no sharding, single_device_mesh()).
+// Loading asks for one device's shard under any target sharding and mesh and assembles it
+// from the saved pieces that overlap it (resharding on load).
 //
 // <step> is the number of completed steps: a run resumed from it runs step <step> next.
 // Saving is atomic: everything goes to "<step>.tmp-<pid>", files and directory are fsynced,
@@ -14,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,20 +31,36 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/base/status.h"
+#include "kiln/checkpoint/safetensors.h"
+#include "kiln/checkpoint/shard_layout.h"
+#include "kiln/config/mesh.h"
+#include "kiln/ir/attrs.h"
 #include "kiln/ir/literal.h"
 
 namespace kiln::checkpoint {
 
+// One state tensor as the devices hold it.
+struct StateTensor {
+  std::string name;        // "params/<name>", "mu/<name>", "nu/<name>"
+  ir::Shape shape;         // global shape and dtype
+  ir::Sharding sharding;   // no dims: replicated on every device
+  // shards[d]: device d's shard, row-major little-endian bytes in shape's dtype. Only the
+  // owners' entries (shard_owners) are read; the others may be left empty.
+  std::vector<std::string> shards;
+
+  // A global tensor in the trivial layout (one device holds all of it).
+  static StateTensor global(std::string name, const ir::Literal& value);
+};
+
 struct CheckpointState {
   int64_t step = 0;
-  std::vector<std::string> names;    // "params/<name>", "mu/<name>", "nu/<name>", in save order
-  std::vector<ir::Literal> tensors;  // same order
-  std::string config_yaml;           // resolved config
-  nlohmann::json mesh = nlohmann::json::object();
+  config::Mesh mesh = single_device_mesh();  // the mesh the shards are laid out on
+  std::vector<StateTensor> tensors;          // in save order
+  std::string config_yaml;                   // resolved config
   nlohmann::json data_iterator = nlohmann::json::object();
   nlohmann::json rng = nlohmann::json::object();
 
-  const ir::Literal* find(const std::string& name) const;  // nullptr when absent
+  const StateTensor* find(const std::string& name) const;  // nullptr when absent
 };
 
 struct SaveOptions {
@@ -49,14 +73,70 @@ struct SaveOptions {
 // "<checkpoints_dir>/<step>".
 std::string step_dir(const std::string& checkpoints_dir, int64_t step);
 // Writes `state` atomically as checkpoints_dir/<state.step>; an I/O error (disk full)
-// fails with a message naming the file and leaves earlier checkpoints untouched.
+// fails with a message naming the file and leaves earlier checkpoints untouched. A shard
+// of the wrong size or a sharding that does not fit is invalid_argument naming the tensor.
 Status save(const std::string& checkpoints_dir, const CheckpointState& state, const SaveOptions& options = {});
 // Complete checkpoints' steps, ascending.
 std::vector<int64_t> list_steps(const std::string& checkpoints_dir);
 // The latest complete checkpoint's directory, if any.
 std::optional<std::string> latest(const std::string& checkpoints_dir);
-// Reads a checkpoint directory and verifies it: every manifest tensor present with its
-// shape, dtype and checksum. Errors are data_loss naming the directory and the tensor.
+// `dir` when it holds manifest.json, else its latest checkpoint; not_found otherwise.
+Result<std::string> resolve_step_dir(const std::string& dir);
+
+// One saved piece of a tensor: which file holds it, which device wrote it, where it lies.
+struct SavedPiece {
+  std::string file;  // in the step directory
+  std::string key;   // tensor name inside the file
+  int64_t device = 0;
+  Region region;
+  std::string fnv1a64;
+};
+struct SavedTensor {
+  std::string name;
+  ir::Shape shape;  // global
+  ir::Sharding sharding;
+  std::vector<SavedPiece> pieces;
+};
+
+// A checkpoint opened for reading: the manifest is parsed and checked (every piece named,
+// pieces tiling the tensor), tensor data is read on demand. Not thread-safe (it caches the
+// files' headers).
+class CheckpointReader {
+ public:
+  static Result<CheckpointReader> open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  int64_t step() const { return step_; }
+  const config::Mesh& mesh() const { return mesh_; }
+  const std::string& config_yaml() const { return config_yaml_; }
+  const nlohmann::json& data_iterator() const { return data_iterator_; }
+  const nlohmann::json& rng() const { return rng_; }
+  const std::vector<SavedTensor>& tensors() const { return tensors_; }  // save order
+  const SavedTensor* find(const std::string& name) const;
+
+  // Device `device`'s shard of tensor `name` under `sharding` on `mesh` (row-major bytes in
+  // its dtype), assembled from the saved pieces that overlap it, each checked against its
+  // checksum. The tensor must exist with exactly `expected`'s shape and dtype: errors name
+  // the checkpoint and the tensor.
+  Result<std::string> read_shard(const std::string& name, const ir::Shape& expected, const ir::Sharding& sharding,
+                                 const config::Mesh& mesh, int64_t device) const;
+  // The whole tensor, in its saved shape and dtype.
+  Result<ir::Literal> read_global(const std::string& name) const;
+
+ private:
+  Result<std::string> read_piece(const SavedTensor& t, const SavedPiece& p) const;
+
+  std::string dir_;
+  int64_t step_ = 0;
+  config::Mesh mesh_;
+  std::string config_yaml_;
+  nlohmann::json data_iterator_, rng_;
+  std::vector<SavedTensor> tensors_;
+  std::map<std::string, size_t> by_name_;
+  mutable std::map<std::string, SafetensorsIndex> files_;
+};
+
+// Reads a whole checkpoint as global tensors (the trivial layout), every checksum verified.
 Result<CheckpointState> load(const std::string& dir);
 
 // Saves in a background thread. save() waits for the previous save, then takes the state

@@ -133,8 +133,7 @@ Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t H) {
   TensorMap k;
   for (const auto& [name, t] : hf) {
     if (name.ends_with("_blocks") || name.ends_with("_scales")) {
-      return unimplemented("Hugging Face tensor {} is MXFP4-quantized; dequantize it to bf16 first (not yet supported)",
-                           name);
+      return invalid_argument("Hugging Face tensor {} is MXFP4-quantized; dequantize it first (read_hf_tensors)", name);
     }
   }
   KILN_ASSIGN_OR_RETURN(const ir::Literal* emb, r.get("model.embed_tokens.weight", 2));

@@ -34,7 +34,8 @@ using TensorMap = std::map<std::string, ir::Literal>;
 
 // Kiln parameter names -> HF tensors. Fails naming the tensor that is missing or misshapen.
 Result<TensorMap> gpt_oss_to_hf(const TensorMap& kiln);
-// HF tensors -> Kiln parameter names (MXFP4 *_blocks / *_scales are not read yet).
+// HF tensors -> Kiln parameter names. MXFP4 *_blocks / *_scales must be dequantized first
+// (read_hf_tensors in mxfp4.h does it while reading the files).
 // `num_heads` is config.json's num_attention_heads.
 Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t num_heads);
 

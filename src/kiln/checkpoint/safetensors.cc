@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -96,21 +98,32 @@ Status write_all(int fd, const char* data, size_t size, const std::string& path)
 
 }  // namespace
 
-Status write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                         const std::map<std::string, std::string>& metadata) {
+int safetensors_dtype_size(const std::string& name) {
+  if (name == "F64" || name == "I64") return 8;
+  if (name == "F32" || name == "I32" || name == "U32") return 4;
+  if (name == "BF16" || name == "F16" || name == "I16" || name == "U16") return 2;
+  if (name == "U8" || name == "I8" || name == "BOOL") return 1;
+  return 0;
+}
+
+Status write_safetensors_raw(const std::string& path, const std::vector<RawTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
   // nlohmann::ordered_json keeps the file order of the header (= data order).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<std::string> payloads;
   size_t offset = 0;
-  for (const auto& [name, literal] : tensors) {
-    std::string type = safetensors_dtype(literal->shape().dtype());
-    if (type.empty()) return invalid_argument("{}: tensor {} has dtype pred, which safetensors files do not hold", path, name);
-    if (header.contains(name)) return invalid_argument("{}: tensor {} is written twice", path, name);
-    payloads.push_back(literal_bytes(*literal));
-    header[name] = {{"dtype", type}, {"shape", literal->shape().dims()},
-                    {"data_offsets", {offset, offset + payloads.back().size()}}};
-    offset += payloads.back().size();
+  for (const RawTensor& t : tensors) {
+    const int size = safetensors_dtype_size(t.dtype);
+    if (size == 0) return invalid_argument("{}: tensor {} has dtype {}, which safetensors files do not hold", path, t.name, t.dtype);
+    if (header.contains(t.name)) return invalid_argument("{}: tensor {} is written twice", path, t.name);
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    if (t.bytes == nullptr || t.bytes->size() != static_cast<size_t>(n * size)) {
+      return invalid_argument("{}: tensor {} has {} bytes, its shape needs {}", path, t.name,
+                              t.bytes ? t.bytes->size() : 0, n * size);
+    }
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.dims}, {"data_offsets", {offset, offset + t.bytes->size()}}};
+    offset += t.bytes->size();
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -120,32 +133,50 @@ Status write_safetensors(const std::string& path, const std::vector<NamedTensor>
   if (fd < 0) return io_error("creating {}: {}", path, std::strerror(errno));
   Status st = write_all(fd, reinterpret_cast<const char*>(&n), 8, path);
   if (st.ok()) st = write_all(fd, text.data(), text.size(), path);
-  for (size_t i = 0; st.ok() && i < payloads.size(); ++i) st = write_all(fd, payloads[i].data(), payloads[i].size(), path);
+  for (size_t i = 0; st.ok() && i < tensors.size(); ++i) {
+    st = write_all(fd, tensors[i].bytes->data(), tensors[i].bytes->size(), path);
+  }
   if (st.ok() && ::fsync(fd) != 0) st = io_error("syncing {}: {}", path, std::strerror(errno));
   if (::close(fd) != 0 && st.ok()) st = io_error("closing {}: {}", path, std::strerror(errno));
   if (!st.ok()) ::unlink(path.c_str());
   return st;
 }
 
-Result<SafetensorsFile> read_safetensors(const std::string& path) {
+Status write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  std::vector<std::string> payloads;
+  payloads.reserve(tensors.size());
+  std::vector<RawTensor> raw;
+  for (const auto& [name, literal] : tensors) {
+    std::string type = safetensors_dtype(literal->shape().dtype());
+    if (type.empty()) return invalid_argument("{}: tensor {} has dtype pred, which safetensors files do not hold", path, name);
+    payloads.push_back(literal_bytes(*literal));
+    raw.push_back({name, type, literal->shape().dims(), &payloads.back()});
+  }
+  return write_safetensors_raw(path, raw, metadata);
+}
+
+Result<SafetensorsIndex> index_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in.good()) return not_found("cannot open safetensors file {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string blob = ss.str();
-  if (blob.size() < 8) return data_loss("{}: truncated: {} bytes, shorter than the 8-byte header length", path, blob.size());
+  std::error_code ec;
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) return io_error("{}: {}", path, ec.message());
+  if (file_size < 8) return data_loss("{}: truncated: {} bytes, shorter than the 8-byte header length", path, file_size);
   uint64_t n = 0;
-  std::memcpy(&n, blob.data(), 8);
-  if (n > blob.size() - 8) return data_loss("{}: truncated: header of {} bytes, file of {} bytes", path, n, blob.size());
-  nlohmann::json header = nlohmann::json::parse(blob.begin() + 8, blob.begin() + 8 + static_cast<int64_t>(n), nullptr,
-                                                /*allow_exceptions=*/false);
+  in.read(reinterpret_cast<char*>(&n), 8);
+  if (n > file_size - 8) return data_loss("{}: truncated: header of {} bytes, file of {} bytes", path, n, file_size);
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  if (!in.good()) return io_error("{}: reading the header failed", path);
+  nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return data_loss("{}: corrupt header (not a JSON object)", path);
-  const size_t data_size = blob.size() - 8 - n;
-  const char* data = blob.data() + 8 + n;
+  const uint64_t data_size = file_size - 8 - n;
 
-  SafetensorsFile out;
-  // Data order: sort by begin offset so names follow the file.
-  std::vector<std::pair<size_t, std::string>> order;
+  SafetensorsIndex out;
+  out.path = path;
+  out.data_start = 8 + n;
+  std::vector<std::pair<uint64_t, std::string>> order;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
       if (!info.is_object()) return data_loss("{}: __metadata__ is not an object", path);
@@ -159,40 +190,81 @@ Result<SafetensorsFile> read_safetensors(const std::string& path) {
         info["data_offsets"].size() != 2) {
       return data_loss("{}: tensor {}: corrupt header entry (needs dtype, shape, data_offsets [begin, end])", path, name);
     }
-    Result<ir::DType> dtype = parse_safetensors_dtype(info["dtype"].get<std::string>());
-    if (!dtype.ok()) return data_loss("{}: tensor {}: {}", path, name, dtype.status().message());
-    std::vector<int64_t> dims;
+    SafetensorsEntry e;
+    e.dtype = info["dtype"].get<std::string>();
+    const int size = safetensors_dtype_size(e.dtype);
+    if (size == 0) return data_loss("{}: tensor {}: unknown safetensors dtype {}", path, name, e.dtype);
+    uint64_t elements = 1;
     for (const auto& d : info["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) return data_loss("{}: tensor {}: bad shape {}", path, name, info["shape"].dump());
-      dims.push_back(d.get<int64_t>());
+      e.dims.push_back(d.get<int64_t>());
+      elements *= static_cast<uint64_t>(e.dims.back());
     }
     const auto& offs = info["data_offsets"];
     if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned()) {
       return data_loss("{}: tensor {}: bad data_offsets {}", path, name, offs.dump());
     }
-    size_t begin = offs[0].get<size_t>(), end = offs[1].get<size_t>();
-    ir::Shape shape(*dtype, dims);
-    size_t want = static_cast<size_t>(shape.num_elements()) * static_cast<size_t>(ir::dtype_size(*dtype));
-    if (end < begin || end - begin != want) {
-      return data_loss("{}: tensor {}: data_offsets [{}, {}] hold {} bytes, its shape {} needs {}", path, name, begin,
-                       end, end < begin ? 0 : end - begin, shape.to_string(), want);
+    e.begin = offs[0].get<uint64_t>();
+    e.end = offs[1].get<uint64_t>();
+    const uint64_t want = elements * static_cast<uint64_t>(size);
+    if (e.end < e.begin || e.end - e.begin != want) {
+      return data_loss("{}: tensor {}: data_offsets [{}, {}] hold {} bytes, its shape {} {} needs {}", path, name,
+                       e.begin, e.end, e.end < e.begin ? 0 : e.end - e.begin, e.dtype, ir::dims_to_string(e.dims), want);
     }
-    if (end > data_size) {
-      return data_loss("{}: truncated: tensor {} ends at byte {} of the data, which has {} bytes", path, name, end,
+    if (e.end > data_size) {
+      return data_loss("{}: truncated: tensor {} ends at byte {} of the data, which has {} bytes", path, name, e.end,
                        data_size);
     }
-    KILN_ASSIGN_OR_RETURN(ir::Literal lit, literal_from_bytes(shape, std::string(data + begin, end - begin)));
-    out.tensors.emplace(name, std::move(lit));
-    order.emplace_back(begin, name);
+    order.emplace_back(e.begin, name);
+    out.entries.emplace(name, std::move(e));
   }
   std::sort(order.begin(), order.end());
   for (size_t i = 0; i + 1 < order.size(); ++i) {
-    const auto& a = header[order[i].second]["data_offsets"];
-    if (a[1].get<size_t>() > order[i + 1].first) {
+    if (out.entries.at(order[i].second).end > order[i + 1].first) {
       return data_loss("{}: tensors {} and {} overlap", path, order[i].second, order[i + 1].second);
     }
   }
   for (auto& [begin, name] : order) out.names.push_back(name);
+  return out;
+}
+
+Result<std::string> read_tensor_bytes(const SafetensorsIndex& index, const std::string& name) {
+  auto it = index.entries.find(name);
+  if (it == index.entries.end()) return not_found("{}: no tensor {}", index.path, name);
+  int fd = ::open(index.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error("opening {}: {}", index.path, std::strerror(errno));
+  std::string bytes(it->second.end - it->second.begin, '\0');
+  size_t done = 0;
+  Status st;
+  while (done < bytes.size()) {
+    ssize_t r = ::pread(fd, bytes.data() + done, bytes.size() - done,
+                        static_cast<off_t>(index.data_start + it->second.begin + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      st = r == 0 ? data_loss("{}: truncated while reading tensor {}", index.path, name)
+                  : io_error("reading tensor {} from {}: {}", name, index.path, std::strerror(errno));
+      break;
+    }
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  if (!st.ok()) return st;
+  return bytes;
+}
+
+Result<SafetensorsFile> read_safetensors(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(SafetensorsIndex index, index_safetensors(path));
+  SafetensorsFile out;
+  out.metadata = index.metadata;
+  for (const std::string& name : index.names) {
+    const SafetensorsEntry& e = index.entries.at(name);
+    Result<ir::DType> dtype = parse_safetensors_dtype(e.dtype);
+    if (!dtype.ok()) return data_loss("{}: tensor {}: {}", path, name, dtype.status().message());
+    KILN_ASSIGN_OR_RETURN(std::string bytes, read_tensor_bytes(index, name));
+    KILN_ASSIGN_OR_RETURN(ir::Literal lit, literal_from_bytes(ir::Shape(*dtype, e.dims), bytes));
+    out.tensors.emplace(name, std::move(lit));
+    out.names.push_back(name);
+  }
   return out;
 }
 

@@ -6,6 +6,10 @@
 //   KILN_RETURN_IF_ERROR(write_safetensors(path, {{"params/x", &x}}, {{"step", "10"}}));
 //   KILN_ASSIGN_OR_RETURN(SafetensorsFile f, read_safetensors(path));
 //
+// Sharded checkpoints and MXFP4 import read single tensors as raw bytes through an index of
+// the header (index_safetensors + read_tensor_bytes), so a reader touches only the tensors it
+// needs and any dtype the format names (U8 too) can be read.
+//
 // A truncated or corrupt file is a one-line data_loss error naming the file and tensor.
 #pragma once
 
@@ -35,6 +39,38 @@ struct SafetensorsFile {
 };
 
 using NamedTensor = std::pair<std::string, const ir::Literal*>;
+
+// One tensor's header entry: dtype as the file names it ("F32", "U8", ...), its dims and
+// its byte range within the data section.
+struct SafetensorsEntry {
+  std::string dtype;
+  std::vector<int64_t> dims;
+  uint64_t begin = 0, end = 0;
+};
+struct SafetensorsIndex {
+  std::string path;
+  uint64_t data_start = 0;          // 8 + header length
+  std::vector<std::string> names;   // in data order
+  std::map<std::string, SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+// A tensor as raw little-endian bytes in the named safetensors dtype.
+struct RawTensor {
+  std::string name;
+  std::string dtype;  // "F32", "BF16", "U8", ...
+  std::vector<int64_t> dims;
+  const std::string* bytes = nullptr;
+};
+
+// Bytes per element of a safetensors dtype name (F64 F32 BF16 F16 I64 I32 U32 I16 U16 I8 U8
+// BOOL), 0 when unknown.
+int safetensors_dtype_size(const std::string& name);
+// Reads and checks the header only (offsets against the file size, no overlaps).
+Result<SafetensorsIndex> index_safetensors(const std::string& path);
+// One tensor's raw bytes, read from the file at its offsets.
+Result<std::string> read_tensor_bytes(const SafetensorsIndex& index, const std::string& name);
+Status write_safetensors_raw(const std::string& path, const std::vector<RawTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata = {});
 
 // Writes the tensors in the given order, fsyncs the file. I/O errors (a full disk) are
 // an error naming the file; a partially written file is removed.

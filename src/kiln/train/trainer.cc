@@ -276,12 +276,12 @@ checkpoint::CheckpointState Trainer::snapshot() const {
   for (int g = 0; g < 3; ++g) {
     for (int64_t i = 0; i < program_.num_params; ++i) {
       int64_t arg = g == 0 ? program_.param_arg(i) : g == 1 ? program_.mu_arg(i) : program_.nu_arg(i);
-      s.names.push_back(groups[g] + specs[i].name);
-      s.tensors.push_back(runner_->arg(arg));  // a copy: training may go on while it is written
+      // A copy in the state's own dtype (training may go on while it is written); one
+      // device holds every tensor whole: the trivial layout.
+      s.tensors.push_back(checkpoint::StateTensor::global(groups[g] + specs[i].name, runner_->arg(arg)));
     }
   }
   s.config_yaml = config_yaml_;
-  s.mesh = mesh_json_;
   s.data_iterator = data_json_;
   s.data_iterator["batches_consumed"] = step_;  // one batch per step (no gradient accumulation)
   if (tokens_) {
@@ -295,66 +295,55 @@ checkpoint::CheckpointState Trainer::snapshot() const {
 
 Status Trainer::restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,
                         ir::DType mu_dtype) {
-  std::string step_dir = dir;
-  if (!std::filesystem::exists(std::filesystem::path(dir) / "manifest.json")) {
-    std::optional<std::string> latest = checkpoint::latest(dir);
-    if (!latest) return not_found("{} holds no complete checkpoint (no manifest.json, no <step>/manifest.json)", dir);
-    step_dir = *latest;
-  }
-  KILN_ASSIGN_OR_RETURN(checkpoint::CheckpointState state, checkpoint::load(step_dir));
-  // Check everything before touching the state: name, shape and dtype of every tensor.
-  auto expect = [&](const std::string& name, const ir::Shape& shape) -> Result<const ir::Literal*> {
-    const ir::Literal* t = state.find(name);
-    if (t == nullptr) return failed_precondition("checkpoint {}: tensor {} is missing (a different model?)", step_dir, name);
-    if (t->shape().dims() != shape.dims() || t->shape().dtype() != shape.dtype()) {
-      return failed_precondition("checkpoint {}: tensor {} is {} but this run's model needs {} (a different model "
-                                 "config?)",
-                                 step_dir, name, t->shape().to_string(), shape.to_string());
-    }
-    return t;
-  };
-  std::vector<std::pair<int64_t, const ir::Literal*>> sets;
+  KILN_ASSIGN_OR_RETURN(std::string step_dir, checkpoint::resolve_step_dir(dir));
+  KILN_ASSIGN_OR_RETURN(checkpoint::CheckpointReader state, checkpoint::CheckpointReader::open(step_dir));
+  // Read and check everything before touching the state: every tensor present with this
+  // run's shape and dtype, its checksums intact. The shards come back in their dtype;
+  // this run holds global tensors on one device.
+  const config::Mesh one_device = checkpoint::single_device_mesh();
+  std::vector<std::pair<int64_t, ir::Literal>> sets;
   std::set<std::string> used;
+  auto take = [&](int64_t arg, const std::string& name, const ir::Shape& shape) -> Status {
+    KILN_ASSIGN_OR_RETURN(std::string bytes, state.read_shard(name, shape, ir::Sharding{}, one_device, 0));
+    KILN_ASSIGN_OR_RETURN(ir::Literal value, checkpoint::literal_from_bytes(shape, bytes));
+    sets.emplace_back(arg, std::move(value));
+    used.insert(name);
+    return ok_status();
+  };
   for (int64_t i = 0; i < program_.num_params; ++i) {
     const std::string& name = specs[i].name;
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* p, expect("params/" + name, specs[i].shape));
-    sets.emplace_back(program_.param_arg(i), p);
-    used.insert("params/" + name);
+    KILN_RETURN_IF_ERROR(take(program_.param_arg(i), "params/" + name, specs[i].shape));
     if (!full_state) continue;
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* mu, expect("mu/" + name, specs[i].shape.with_dtype(mu_dtype)));
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* nu, expect("nu/" + name, specs[i].shape));
-    sets.emplace_back(program_.mu_arg(i), mu);
-    sets.emplace_back(program_.nu_arg(i), nu);
-    used.insert("mu/" + name);
-    used.insert("nu/" + name);
+    KILN_RETURN_IF_ERROR(take(program_.mu_arg(i), "mu/" + name, specs[i].shape.with_dtype(mu_dtype)));
+    KILN_RETURN_IF_ERROR(take(program_.nu_arg(i), "nu/" + name, specs[i].shape));
   }
-  for (const std::string& name : state.names) {
-    bool wanted = full_state || name.rfind("params/", 0) == 0;
-    if (wanted && !used.count(name)) {
+  for (const checkpoint::SavedTensor& t : state.tensors()) {
+    bool wanted = full_state || t.name.rfind("params/", 0) == 0;
+    if (wanted && !used.count(t.name)) {
       return failed_precondition("checkpoint {}: tensor {} is not part of this run's model (a different model config?)",
-                                 step_dir, name);
+                                 step_dir, t.name);
     }
   }
-  for (const auto& [arg, value] : sets) runner_->set_arg(arg, *value);
+  for (const auto& [arg, value] : sets) runner_->set_arg(arg, value);
   if (full_state) {
-    step_ = state.step;
-    restored_step_ = state.step;
+    step_ = state.step();
+    restored_step_ = state.step();
     // The data iterator: synthetic batches are numbered, so skip the consumed ones.
     if (tokens_) {
-      if (state.data_iterator.value("type", "") != "tokens") {
+      if (state.data_iterator().value("type", "") != "tokens") {
         return failed_precondition("checkpoint {} was trained on {} data; this run reads dataset_type=tokens", step_dir,
-                                   state.data_iterator.value("type", "unknown"));
+                                   state.data_iterator().value("type", "unknown"));
       }
       data::IteratorState it;
-      it.sample = state.data_iterator.value("sample", int64_t{0});
-      it.seed = state.data_iterator.value("seed", uint64_t{0});
-      it.fingerprint = state.data_iterator.value("fingerprint", uint64_t{0});
+      it.sample = state.data_iterator().value("sample", int64_t{0});
+      it.seed = state.data_iterator().value("seed", uint64_t{0});
+      it.fingerprint = state.data_iterator().value("fingerprint", uint64_t{0});
       KILN_RETURN_IF_ERROR(tokens_->restore(it));
     } else {
-      int64_t consumed = state.data_iterator.value("batches_consumed", state.step);
+      int64_t consumed = state.data_iterator().value("batches_consumed", state.step());
       for (int64_t k = 0; k < consumed; ++k) (void)data_.next();
     }
-    print(fmt::format("restored the full training state of step {} from {}", state.step, step_dir));
+    print(fmt::format("restored the full training state of step {} from {}", state.step(), step_dir));
   } else {
     print(fmt::format("loaded {} parameter tensors from {} (parameters only; optimizer state and step start fresh)",
                       program_.num_params, step_dir));

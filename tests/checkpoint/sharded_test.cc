@@ -1,0 +1,255 @@
+// Sharded checkpoints: tensors saved from per-device shards (fsdp 2 × expert 2) are written
+// once per distinct shard, by the lowest device holding it, and restore bit-exactly on one
+// device and on fsdp 4 (resharding on load); mismatches are refused naming the tensor.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/checkpoint/checkpoint.h"
+#include "kiln/checkpoint/shard_layout.h"
+
+namespace kiln::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::path(::testing::TempDir()) / ("kiln_sharded_test_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+config::Mesh mesh(int64_t fsdp, int64_t expert) {
+  return config::Mesh{{"data", "fsdp", "expert"}, {1, fsdp, expert}, {1, 1, 1}};
+}
+
+ir::Sharding sharding(std::vector<std::vector<std::string>> dims) { return ir::Sharding{std::move(dims)}; }
+
+// Seeded random bytes: every bit pattern of the dtype is fair game, the copy is bytewise.
+std::string random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng() & 0xFF);
+  return s;
+}
+
+// Device `device`'s shard of `global`, cut element by element from the sharding's definition
+// (piece index = coord(a) · size(b) + coord(b) for axes [a, b]; devices row-major over the
+// mesh axes), independently of shard_layout.cc's region and copy code.
+std::string slice(const std::string& global, const std::vector<int64_t>& dims, int elem, const ir::Sharding& s,
+                  const config::Mesh& m, int64_t device) {
+  std::vector<int64_t> coord(m.axes.size());
+  for (int64_t d = device, i = static_cast<int64_t>(m.axes.size()) - 1; i >= 0; --i) {
+    coord[i] = d % m.shape()[i];
+    d /= m.shape()[i];
+  }
+  std::vector<int64_t> lo(dims.size(), 0), size = dims;
+  for (size_t d = 0; d < s.dims.size(); ++d) {
+    int64_t piece = 0, pieces = 1;
+    for (const std::string& axis : s.dims[d]) {
+      size_t a = std::find(m.axes.begin(), m.axes.end(), axis) - m.axes.begin();
+      piece = piece * m.shape()[a] + coord[a];
+      pieces *= m.shape()[a];
+    }
+    size[d] = dims[d] / pieces;
+    lo[d] = piece * size[d];
+  }
+  int64_t total = 1, local_total = 1;
+  for (size_t d = 0; d < dims.size(); ++d) total *= dims[d], local_total *= size[d];
+  std::string out;
+  for (int64_t flat = 0; flat < total; ++flat) {
+    int64_t rest = flat;
+    bool inside = true;
+    for (size_t d = dims.size(); d-- > 0;) {
+      int64_t i = rest % dims[d];
+      rest /= dims[d];
+      inside &= i >= lo[d] && i < lo[d] + size[d];
+    }
+    if (inside) out.append(global, static_cast<size_t>(flat * elem), static_cast<size_t>(elem));
+  }
+  EXPECT_EQ(static_cast<int64_t>(out.size()), local_total * elem);
+  return out;
+}
+
+struct Global {
+  std::string name;
+  ir::Shape shape;
+  ir::Sharding saved;   // on fsdp 2 × expert 2
+  ir::Sharding fsdp4;   // the layout it is restored to on fsdp 4
+  std::string bytes;
+};
+
+std::vector<Global> globals() {
+  std::vector<Global> g = {
+      // MoE weight: experts over `expert`, embed over `fsdp`.
+      {"params/layers.0.mlp.wi_0", ir::Shape(ir::DType::kF32, {4, 6, 2}), sharding({{"expert"}, {"fsdp"}, {}}),
+       sharding({{"fsdp"}, {}, {}}), ""},
+      // bf16, one dimension over both axes.
+      {"mu/layers.0.mlp.wo", ir::Shape(ir::DType::kBF16, {8, 3}), sharding({{"fsdp", "expert"}, {}}),
+       sharding({{"fsdp"}, {}}), ""},
+      // Sharded over fsdp only: replicated over expert (written by devices 0 and 2 only).
+      {"params/token_embedder.embedding", ir::Shape(ir::DType::kF32, {6, 4}), sharding({{"fsdp"}, {}}),
+       sharding({{}, {"fsdp"}}), ""},
+      // Fully replicated, and a scalar.
+      {"params/decoder_norm.scale", ir::Shape(ir::DType::kF32, {5}), ir::Sharding{}, sharding({{}}), ""},
+      {"nu/step_like", ir::Shape(ir::DType::kS32, {}), ir::Sharding{}, ir::Sharding{}, ""},
+  };
+  uint32_t seed = 11;
+  for (Global& t : g) {
+    t.bytes = random_bytes(static_cast<size_t>(t.shape.num_elements() * ir::dtype_size(t.shape.dtype())), seed++);
+  }
+  return g;
+}
+
+CheckpointState sharded_state(const std::vector<Global>& g, int64_t step) {
+  CheckpointState s;
+  s.step = step;
+  s.mesh = mesh(2, 2);
+  for (const Global& t : g) {
+    StateTensor st{t.name, t.shape, t.saved, {}};
+    for (int64_t dev = 0; dev < 4; ++dev) {
+      st.shards.push_back(slice(t.bytes, t.shape.dims(), ir::dtype_size(t.shape.dtype()), t.saved, s.mesh, dev));
+    }
+    s.tensors.push_back(std::move(st));
+  }
+  s.config_yaml = "ici_fsdp_parallelism: 2\nici_expert_parallelism: 2\n";
+  s.data_iterator = {{"type", "synthetic"}, {"batches_consumed", step}};
+  s.rng = {{"init_weights_seed", 3}};
+  return s;
+}
+
+TEST(ShardLayout, RegionsFollowTheMeshRowMajor) {
+  // fsdp=2 expert=2 over W [E=4, D=6] sharded {[expert], [fsdp]} (the header's example).
+  config::Mesh m = mesh(2, 2);
+  ir::Sharding s = sharding({{"expert"}, {"fsdp"}});
+  EXPECT_EQ(shard_region({4, 6}, s, m, 0), (Region{{0, 0}, {2, 3}}));
+  EXPECT_EQ(shard_region({4, 6}, s, m, 1), (Region{{2, 0}, {2, 3}}));
+  EXPECT_EQ(shard_region({4, 6}, s, m, 2), (Region{{0, 3}, {2, 3}}));
+  EXPECT_EQ(shard_region({4, 6}, s, m, 3), (Region{{2, 3}, {2, 3}}));
+  EXPECT_EQ(shard_owners({4, 6}, sharding({{"fsdp"}, {}}), m), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(shard_owners({4, 6}, ir::Sharding{}, m), (std::vector<int64_t>{0}));
+  Status bad = check_sharding("w", {3, 6}, s, m);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("tensor w"), std::string::npos) << bad.message();
+  EXPECT_FALSE(check_sharding("w", {4, 6}, sharding({{"tensor"}, {}}), m).ok());
+  EXPECT_FALSE(check_sharding("w", {4, 6}, sharding({{"fsdp"}, {"fsdp"}}), m).ok());
+}
+
+TEST(Sharded, SavedOnFsdp2Expert2RestoresBitExactOnOneDeviceAndOnFsdp4) {
+  const std::string dir = temp_dir("reshard") + "/checkpoints";
+  const std::vector<Global> g = globals();
+  ASSERT_TRUE(save(dir, sharded_state(g, 7)).ok());
+
+  // One file per owner; replicated shards written once, by the lowest device.
+  for (int dev = 0; dev < 4; ++dev) EXPECT_TRUE(fs::exists(dir + "/7/shard-" + std::to_string(dev) + ".safetensors"));
+  std::ifstream in(dir + "/7/manifest.json");
+  nlohmann::json manifest = nlohmann::json::parse(in);
+  EXPECT_EQ(manifest["mesh"]["shape"], (std::vector<int64_t>{1, 2, 2}));
+  EXPECT_EQ(manifest["tensors"]["params/token_embedder.embedding"]["pieces"].size(), 2u);
+  EXPECT_EQ(manifest["tensors"]["params/token_embedder.embedding"]["pieces"][1]["device"], 2);
+  EXPECT_EQ(manifest["tensors"]["params/decoder_norm.scale"]["pieces"].size(), 1u);
+  EXPECT_EQ(manifest["tensors"]["params/layers.0.mlp.wi_0"]["pieces"].size(), 4u);
+  EXPECT_EQ(manifest["tensors"]["params/layers.0.mlp.wi_0"]["sharding"],
+            (std::vector<std::vector<std::string>>{{"expert"}, {"fsdp"}, {}}));
+  EXPECT_EQ(manifest["rng"]["init_weights_seed"], 3);
+
+  auto reader = CheckpointReader::open(dir + "/7");
+  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+  EXPECT_EQ(reader->step(), 7);
+  EXPECT_EQ(reader->mesh().shape(), (std::vector<int64_t>{1, 2, 2}));
+  EXPECT_EQ(reader->data_iterator()["batches_consumed"], 7);
+  ASSERT_EQ(reader->tensors().size(), g.size());
+  for (const Global& t : g) {
+    // One device: the global tensor.
+    auto whole = reader->read_shard(t.name, t.shape, ir::Sharding{}, single_device_mesh(), 0);
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+    EXPECT_TRUE(*whole == t.bytes) << t.name;
+    // fsdp 4: each device's shard of the new layout.
+    const config::Mesh m4 = mesh(4, 1);
+    for (int64_t dev = 0; dev < 4; ++dev) {
+      auto shard = reader->read_shard(t.name, t.shape, t.fsdp4, m4, dev);
+      ASSERT_TRUE(shard.ok()) << shard.status().to_string();
+      EXPECT_TRUE(*shard == slice(t.bytes, t.shape.dims(), ir::dtype_size(t.shape.dtype()), t.fsdp4, m4, dev))
+          << t.name << " on fsdp-4 device " << dev;
+    }
+    // And back onto the saved layout.
+    for (int64_t dev = 0; dev < 4; ++dev) {
+      auto shard = reader->read_shard(t.name, t.shape, t.saved, mesh(2, 2), dev);
+      ASSERT_TRUE(shard.ok()) << shard.status().to_string();
+      EXPECT_TRUE(*shard == slice(t.bytes, t.shape.dims(), ir::dtype_size(t.shape.dtype()), t.saved, mesh(2, 2), dev));
+    }
+  }
+  // load(): every tensor global.
+  auto state = load(dir + "/7");
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_TRUE(state->tensors[i].shards.at(0) == g[i].bytes) << g[i].name;
+}
+
+TEST(Sharded, MismatchesAreRefusedNamingTheTensor) {
+  const std::string dir = temp_dir("mismatch") + "/checkpoints";
+  const std::vector<Global> g = globals();
+  ASSERT_TRUE(save(dir, sharded_state(g, 3)).ok());
+  auto reader = CheckpointReader::open(dir + "/3");
+  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+  const std::string w = "params/layers.0.mlp.wi_0";
+  auto expect_error = [&](const Result<std::string>& r, const std::string& part) {
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_NE(r.status().message().find("tensor " + w), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  };
+  // A different model config: another shape; another dtype; a tensor the checkpoint lacks.
+  expect_error(reader->read_shard(w, ir::Shape(ir::DType::kF32, {8, 6, 2}), ir::Sharding{}, single_device_mesh(), 0),
+               "f32[8,6,2]");
+  expect_error(reader->read_shard(w, ir::Shape(ir::DType::kBF16, {4, 6, 2}), ir::Sharding{}, single_device_mesh(), 0),
+               "bf16[4,6,2]");
+  auto missing = reader->read_shard("params/nope", ir::Shape(ir::DType::kF32, {1}), ir::Sharding{}, single_device_mesh(), 0);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("tensor params/nope is missing"), std::string::npos);
+  // A target layout that does not fit.
+  expect_error(reader->read_shard(w, g[0].shape, sharding({{"fsdp"}, {}, {}}), mesh(8, 1), 0), "not divisible");
+
+  // A flipped bit in device 3's file: only the tensors read from it fail, naming the tensor.
+  std::string path = dir + "/3/shard-3.safetensors";
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  bytes[8 + n] ^= 0x01;  // first data byte: wi_0's piece (first tensor saved)
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  auto corrupt = CheckpointReader::open(dir + "/3");
+  ASSERT_TRUE(corrupt.ok());
+  expect_error(corrupt->read_shard(w, g[0].shape, ir::Sharding{}, single_device_mesh(), 0), "fails its checksum");
+  // Device 0's fsdp-4 shard of wi_0 (expert 0) needs no piece from device 3's file (experts 2-3).
+  EXPECT_TRUE(corrupt->read_shard(w, g[0].shape, sharding({{"fsdp"}, {}, {}}), mesh(4, 1), 0).ok());
+  EXPECT_FALSE(load(dir + "/3").ok());
+}
+
+TEST(Sharded, ShardOfTheWrongSizeIsRefusedOnSave) {
+  const std::string dir = temp_dir("badsave") + "/checkpoints";
+  CheckpointState s = sharded_state(globals(), 1);
+  s.tensors[1].shards[2].pop_back();
+  Status st = save(dir, s);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("tensor mu/layers.0.mlp.wo: device 2"), std::string::npos) << st.message();
+  EXPECT_TRUE(list_steps(dir).empty());
+  s = sharded_state(globals(), 1);
+  s.tensors[0].sharding = sharding({{"expert"}, {"tensor"}, {}});
+  st = save(dir, s);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("mesh axis tensor"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace kiln::checkpoint
