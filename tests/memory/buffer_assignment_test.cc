@@ -259,6 +259,27 @@ ENTRY computation @main {
   EXPECT_EQ(p.assignment.donated_requested, 1);
 }
 
+TEST(BufferAssignment, ActivationsAreForwardValuesTheBackwardPassReads) {
+  // %h (forward) is read by the gradient; %t is forward-only; %one.grad comes first in the
+  // schedule the list scheduler would pick, but the boundary is in program order.
+  Planned p = plan(R"(module @fwd_bwd
+
+ENTRY computation @main {
+  %x = f32[256] parameter(), index=0
+  %h = f32[256] tanh(%x), name="layer.h"
+  %t = f32[256] exp(%h), name="layer.t"
+  %loss = f32[] reduce_sum(%t), dims={0}, name="loss"
+  %one = f32[] constant(1), name="loss.grad"
+  %ob = f32[256] broadcast(%one), dims={}, name="t.grad"
+  %g = f32[256] mul(%ob, %h), name="h.grad"
+  ROOT %out = (f32[], f32[256]) tuple(%loss, %g)
+}
+)",
+                   {}, /*program_order=*/false);
+  expect_no_conflicts(p);
+  EXPECT_EQ(p.assignment.saved_activation_bytes, 256 * 4);
+}
+
 TEST(BufferAssignment, BadDonationIsAnError) {
   auto m = ir::parse_module(kUpdate);
   ASSERT_TRUE(m.ok());

@@ -55,8 +55,9 @@ struct CompileReport {
   int64_t in_place_reuses = 0;     // fusion outputs written over a dying operand
   int64_t donated_in_place = 0;    // donated outputs written into their argument's storage
   std::string schedule;            // the order chosen: "list" (memory-aware) or "program_order"
-  // Arena bytes live when the first gradient instruction (named "*.grad") runs: what the
-  // forward pass keeps for the backward pass. 0 when the program has no gradients.
+  // Arena bytes the forward pass writes and the backward pass reads (the backward pass
+  // starts at the first instruction named "*.grad" in program order): what the forward
+  // pass keeps for the backward pass. 0 when the program has no gradients.
   int64_t saved_activation_bytes = 0;
 };
 

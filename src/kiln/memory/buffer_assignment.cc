@@ -232,18 +232,31 @@ Result<BufferAssignment> assign_buffers(const ir::Computation& computation, cons
     delta[std::min(g.end, n) + 1] -= g.bytes;
   }
   int64_t live = 0;
-  int first_grad = -1;
-  for (int s = 0; s < n; ++s) {
-    if (first_grad < 0 && ends_with_grad(a.schedule[s]->meta().name)) first_grad = s;
-  }
   for (int s = 0; s < n; ++s) {
     live += delta[s];
     a.max_live_arena_bytes = std::max(a.max_live_arena_bytes, live);
   }
-  if (first_grad >= 0) {
-    // Values written before the first gradient instruction and read at or after it.
-    for (const Group& g : groups) {
-      if (g.start < first_grad && g.end >= first_grad) a.saved_activation_bytes += g.bytes;
+  // Activations: arena buffers the forward pass writes and the backward pass reads. The
+  // boundary is the first gradient instruction in program order (the traced order: the
+  // schedule may hoist a gradient constant to the front).
+  const auto& program = computation.instructions();
+  size_t first_grad = program.size();
+  for (size_t i = 0; i < program.size(); ++i) {
+    if (ends_with_grad(program[i]->meta().name)) {
+      first_grad = i;
+      break;
+    }
+  }
+  std::unordered_map<const Instr*, size_t> program_pos;
+  for (size_t i = 0; i < program.size(); ++i) program_pos[program[i].get()] = i;
+  std::vector<bool> saved(buffers.size(), false);
+  for (size_t i = first_grad; i < program.size(); ++i) {
+    for (int b : model.used(program[i].get())) {
+      if (saved[b] || a.slots[b].placement != Placement::kArena) continue;
+      if (program_pos.at(buffers[b].def) < first_grad) {
+        saved[b] = true;
+        a.saved_activation_bytes += buffers[b].bytes;
+      }
     }
   }
   return a;

@@ -58,8 +58,9 @@ struct BufferAssignment {
   int in_place_reuses = 0;
   int donated_in_place = 0;       // donated outputs written into their argument's storage
   int donated_requested = 0;
-  // Arena bytes live when the first gradient instruction ("*.grad") runs: what the forward
-  // pass keeps for the backward pass. 0 when there is none.
+  // Arena bytes written before the first gradient instruction ("*.grad", in program order)
+  // and read by an instruction from there on: what the forward pass keeps for the backward
+  // pass. 0 when there is none.
   int64_t saved_activation_bytes = 0;
 
   // One line per buffer in schedule order: instruction, element, shape, placement, offset
