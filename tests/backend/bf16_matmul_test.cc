@@ -179,5 +179,23 @@ TEST(Bf16Matmul, GroupedMatmulsEqualInterpreterAcrossTiles) {
   }
 }
 
+TEST(Bf16Matmul, Bf16ReductionsAndScatterAddRunNatively) {
+  // The bf16 gradients of biases (reduce_sum) and of gathers (scatter_add) run on the f32
+  // kernels through widening instead of the reference fallback; reductions over a
+  // contiguous block and over a permuted set of dims, repeated scatter indices.
+  expect_matches_interpreter(
+      "module @t\n\nENTRY computation @main {\n"
+      "  %x = bf16[6,5,40] parameter(), index=0\n"
+      "  %s = bf16[40] reduce_sum(%x), dims={0,1}\n"
+      "  %m = bf16[5] reduce_max(%x), dims={0,2}\n"
+      "  %n = bf16[6,5] reduce_min(%x), dims={2}\n"
+      "  %z = bf16[4,40] parameter(), index=1\n"
+      "  %u = bf16[6,40] parameter(), index=2\n"
+      "  %i = s32[6] constant({3, 0, 3, 1, 3, 2})\n"
+      "  %a = bf16[4,40] scatter_add(%z, %i, %u), axis=0, batch_dims=0\n"
+      "  ROOT %r = (bf16[40], bf16[5], bf16[6,5], bf16[4,40]) tuple(%s, %m, %n, %a)\n}\n",
+      21);
+}
+
 }  // namespace
 }  // namespace kiln::backend

@@ -25,4 +25,18 @@ void narrow_to_bf16(const Buffer& wide, Buffer& out) {
   for (int64_t i = 0; i < n; ++i) dst[i] = ir::float_to_bf16_bits(src[i]);
 }
 
+Kernel via_f32(Kernel f32_kernel) {
+  return [k = std::move(f32_kernel)](std::span<const Value* const> in, Value& out) {
+    std::vector<Value> wide(in.size());
+    std::vector<const Value*> args(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      const bool bf16 = in[i]->size() == 1 && (*in[i])[0].shape().dtype() == ir::DType::kBF16;
+      args[i] = bf16 ? &(wide[i] = Value{widen_to_f32((*in[i])[0])}) : in[i];
+    }
+    Value result{Buffer(out[0].shape().with_dtype(ir::DType::kF32))};
+    k(args, result);
+    narrow_to_bf16(result[0], out[0]);
+  };
+}
+
 }  // namespace kiln::backend::cpu

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kiln/backend/cpu/bf16_convert.h"
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/backend/cpu/strided_copy.h"
 #include "kiln/base/check.h"
@@ -177,6 +178,8 @@ void scatter_add_rows(const IndexGeometry& g, const T* upd, const Buffer& idx, T
   }
 }
 
+bool bf16_data(const Instr& instr) { return instr.shape().dtype() == ir::DType::kBF16; }
+
 bool float_data(const Instr& instr) {
   ir::DType d = instr.operand(0)->shape().dtype();
   return d == ir::DType::kF32 || d == ir::DType::kF64;
@@ -219,6 +222,7 @@ std::vector<NativeKernelEntry> data_movement_kernels() {
       {ir::Opcode::kIota, any, iota_kernel},
       {ir::Opcode::kGather, any, gather_kernel},
       {ir::Opcode::kScatterAdd, float_data, scatter_add_kernel},
+      {ir::Opcode::kScatterAdd, bf16_data, [](const Instr& i) { return via_f32(scatter_add_kernel(i)); }},
   };
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/backend/cpu/bf16_convert.h"
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/backend/cpu/strided_copy.h"
 
@@ -95,6 +96,8 @@ Kernel reduce_kernel(const Instr& instr) {
   }
   Opcode op = instr.opcode();
   ir::Shape in_shape = instr.operand(0)->shape();
+  // bf16 runs through via_f32 (bf16_convert.h): the kernel sees the widened f32 input.
+  if (in_shape.dtype() == ir::DType::kBF16) in_shape = in_shape.with_dtype(ir::DType::kF32);
   bool f64 = in_shape.dtype() == ir::DType::kF64;
   return [=](std::span<const Value* const> in, Value& out) {
     const Buffer* src = &(*in[0])[0];
@@ -125,6 +128,9 @@ bool float_input(const Instr& instr) {
   return d == ir::DType::kF32 || d == ir::DType::kF64;
 }
 
+bool bf16_input(const Instr& instr) { return instr.operand(0)->shape().dtype() == ir::DType::kBF16; }
+Kernel bf16_reduce_kernel(const Instr& instr) { return via_f32(reduce_kernel(instr)); }
+
 }  // namespace
 
 std::vector<NativeKernelEntry> reduction_kernels() {
@@ -132,6 +138,9 @@ std::vector<NativeKernelEntry> reduction_kernels() {
       {Opcode::kReduceSum, float_input, reduce_kernel},
       {Opcode::kReduceMax, float_input, reduce_kernel},
       {Opcode::kReduceMin, float_input, reduce_kernel},
+      {Opcode::kReduceSum, bf16_input, bf16_reduce_kernel},
+      {Opcode::kReduceMax, bf16_input, bf16_reduce_kernel},
+      {Opcode::kReduceMin, bf16_input, bf16_reduce_kernel},
   };
 }
 
