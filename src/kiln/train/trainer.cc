@@ -138,24 +138,14 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   }
   t->output_dir_ = (std::filesystem::path(config.get_string("base_output_directory")) / t->run_name_).string();
 
-  if (d.num_devices > 1) {
-    t->print(fmt::format("note: the mesh has {} devices but there is no SPMD partitioner yet: one executor runs the "
-                         "whole global batch, and the per-device rates below count all of it on that one device",
-                         d.num_devices));
-  }
-
   // Start-up report: parameters and FLOPs, as MaxText logs them.
   const std::vector<models::ParamSpec>& specs = t->model_->params();
   for (const std::string& line : startup_report(config, *t->model_)) t->print(line);
   t->flops_ = training_tflops_per_device(FlopInputs::from_config(config), FlopFormula::kMaxText2602);
-  // All devices' work runs on one executor until the partitioner exists (see the note above).
-  const double executing_devices = 1.0;
-  const double device_share = static_cast<double>(d.num_devices) / executing_devices;
-  t->flops_.learnable_tflops *= device_share;
-  t->flops_.attention_tflops *= device_share;
+  // Each device runs its share of the global batch (the SPMD partitioner splits it).
   t->tokens_per_device_ = static_cast<double>(config.get_int("max_target_length")) *
                           config.get_float("per_device_batch_size") *
-                          static_cast<double>(config.get_int("gradient_accumulation_steps")) * device_share;
+                          static_cast<double>(config.get_int("gradient_accumulation_steps"));
 
   // Trace the step: model, gradients, optimizer.
   Clock::time_point trace_start = Clock::now();
@@ -169,7 +159,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
 
   // The executor, which then holds the state.
   double compile_s = 0;
-  if (config.get_string("executor") == "compiled") {
+  if (d.num_devices > 1) {
+    KILN_RETURN_IF_ERROR(t->make_sharded_runner(config, &compile_s));
+  } else if (config.get_string("executor") == "compiled") {
     backend::CompileOptions compile_options;
     compile_options.dump_dir = config.get_string("dump_ir");
     compile_options.verify_each = config.get_bool("verify_each");

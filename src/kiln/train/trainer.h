@@ -102,6 +102,8 @@ class Trainer {
   void print(const std::string& line) const;
   void start_prefetch();  // the background batch thread, from the iterator position
   Status build_eval(const config::Config& config);  // the forward-only eval program
+  // The step partitioned over the mesh's devices (trainer_sharded.cc); adds the compile time.
+  Status make_sharded_runner(const config::Config& config, double* compile_s);
   checkpoint::CheckpointState snapshot() const;
   // Restores `dir` (a step directory, or a checkpoints directory: its latest) into the state.
   Status restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,

@@ -1,0 +1,46 @@
+// Runs the training step on a mesh of devices: the step program is partitioned once by
+// the SPMD partitioner (spmd/partitioner.h) into the per-device program, and every
+// virtual device of the runtime world runs it (on the interpreter or compiled) on its own
+// shard of the state and of the batch, with the collectives the partitioner inserted.
+// To the trainer it is one StepRunner on global values: set_arg() splits a global value
+// into the devices' shards, arg() assembles it back, and the metrics are the (replicated)
+// values of device 0.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/config/config.h"
+#include "kiln/models/model.h"
+#include "kiln/runtime/world.h"
+#include "kiln/spmd/partitioner.h"
+#include "kiln/train/step_runner.h"
+
+namespace kiln::train {
+
+struct ShardedRunnerOptions {
+  bool compiled = true;                 // executor=compiled (else the reference interpreter)
+  backend::CompileOptions compile;      // for the per-device program
+};
+
+// The state and batch shardings of `program` from the config's logical axis rules:
+// parameters and their moments by each ParamSpec's logical axes, the batch over the mesh
+// axes that `activation_batch` resolves to, the step and metrics replicated.
+Result<spmd::PartitionOptions> step_partition_options(const config::Config& config, const StepProgram& program,
+                                                      const std::vector<models::ParamSpec>& params);
+
+// The partitioned step, as `kiln compile` and the runner use it.
+Result<spmd::PartitionResult> partition_step(const config::Config& config, const StepProgram& program,
+                                             const std::vector<models::ParamSpec>& params);
+
+// `world` must hold every device of the mesh in this process (MPI worlds with several
+// ranks are not supported by this runner yet).
+Result<std::unique_ptr<StepRunner>> make_sharded_runner(const config::Config& config, const StepProgram& program,
+                                                        const std::vector<models::ParamSpec>& params,
+                                                        std::unique_ptr<runtime::World> world,
+                                                        const ShardedRunnerOptions& options,
+                                                        backend::CompileReport* report);
+
+}  // namespace kiln::train

@@ -1,0 +1,32 @@
+// The trainer on a mesh of several devices: the step partitioned by the SPMD partitioner
+// and run by every virtual device of the runtime world (train/sharded_step_runner.h).
+#include <fmt/format.h>
+
+#include "kiln/runtime/world.h"
+#include "kiln/train/sharded_step_runner.h"
+#include "kiln/train/trainer.h"
+
+namespace kiln::train {
+
+Status Trainer::make_sharded_runner(const config::Config& config, double* compile_s) {
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<runtime::World> world, runtime::make_world(config));
+  ShardedRunnerOptions options;
+  options.compiled = config.get_string("executor") == "compiled";
+  options.compile.dump_dir = config.get_string("dump_ir");
+  options.compile.verify_each = config.get_bool("verify_each");
+  options.compile.remat_policy = config.get_string("remat_policy");
+  backend::CompileReport report;
+  KILN_ASSIGN_OR_RETURN(runner_, train::make_sharded_runner(config, program_, model_->params(), std::move(world),
+                                                            options, &report));
+  if (options.compiled) {
+    *compile_s = report.compile_seconds;
+    print(fmt::format("partitioned the step over {} devices and compiled the per-device program in {:.3f} s: {} -> {} "
+                      "instructions, {} fused loop kernels, {} GEMMs, {} ops on the reference-evaluation fallback",
+                      config.derived().num_devices, report.compile_seconds, report.instructions_before,
+                      report.instructions_after, report.fused_kernels, report.gemms, report.fallback_kernels));
+  }
+  print(fmt::format("executor: {}", runner_->name()));
+  return ok_status();
+}
+
+}  // namespace kiln::train
