@@ -114,9 +114,11 @@ TEST(ForwardParity, TrainedExportedModelMatchesPyTorchReference) {
     size_t at = out.find("\nids: ");
     return at == std::string::npos ? std::string() : out.substr(at + 1, out.find('\n', at + 1) - at - 1);
   };
-  EXPECT_FALSE(ids_line(s1.second).empty()) << s1.second;
-  EXPECT_EQ(ids_line(s1.second), ids_line(s2.second));
-  EXPECT_EQ(std::count(ids_line(s1.second).begin(), ids_line(s1.second).end(), ' '), 5) << "5 new tokens";
+  const std::string sampled = ids_line(s1.second);
+  EXPECT_EQ(sampled, ids_line(s2.second));
+  // "ids: a b c d e": up to 5 new tokens (fewer only when the model picks EOS).
+  const auto spaces = std::count(sampled.begin(), sampled.end(), ' ');
+  EXPECT_TRUE(spaces >= 1 && spaces <= 5) << s1.second;
   ASSERT_EQ(g1.first, 0) << g1.second;
   EXPECT_NE(g1.second.find("greedy"), std::string::npos) << g1.second;
   fs::remove_all(dir);
