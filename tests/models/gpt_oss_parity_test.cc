@@ -14,6 +14,7 @@
 
 #include "kiln/autodiff/autodiff.h"
 #include "kiln/base/check.h"
+#include "kiln/checkpoint/hf_gpt_oss.h"
 #include "kiln/config/config.h"
 #include "kiln/frontend/graph.h"
 #include "kiln/interp/interpreter.h"
@@ -200,63 +201,17 @@ ParityBatch parity_batch(uint64_t seed) {
   return b;
 }
 
-std::vector<double> transpose2d(const std::vector<double>& x, int64_t rows, int64_t cols) {
-  std::vector<double> y(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
-  return y;
-}
-
-// Kiln's parameters (MaxText layout) -> Hugging Face GPT-OSS tensors. Linear in the values,
-// so it maps gradients the same way.
-std::map<std::string, HostTensor> to_hf(const std::map<std::string, HostTensor>& k, int64_t layers) {
-  std::map<std::string, HostTensor> hf;
-  auto put = [&](const std::string& name, std::vector<int64_t> shape, std::vector<double> data) {
-    hf[name] = HostTensor{std::move(shape), std::move(data)};
-  };
-  auto get = [&](const std::string& name) -> const std::vector<double>& { return k.at(name).data; };
-  put("model.embed_tokens.weight", {kV, kD}, get("token_embedder.embedding"));
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string n = "layers." + std::to_string(l) + ".", m = "model.layers." + std::to_string(l) + ".";
-    const std::string a = n + "self_attention.";
-    put(m + "input_layernorm.weight", {kD}, get(n + "pre_self_attention_layer_norm.scale"));
-    put(m + "post_attention_layernorm.weight", {kD}, get(n + "post_self_attention_layer_norm.scale"));
-    put(m + "self_attn.q_proj.weight", {kH * kDh, kD}, transpose2d(get(a + "query.kernel"), kD, kH * kDh));
-    put(m + "self_attn.q_proj.bias", {kH * kDh}, get(a + "query.bias"));
-    put(m + "self_attn.k_proj.weight", {kK * kDh, kD}, transpose2d(get(a + "key.kernel"), kD, kK * kDh));
-    put(m + "self_attn.k_proj.bias", {kK * kDh}, get(a + "key.bias"));
-    put(m + "self_attn.v_proj.weight", {kK * kDh, kD}, transpose2d(get(a + "value.kernel"), kD, kK * kDh));
-    put(m + "self_attn.v_proj.bias", {kK * kDh}, get(a + "value.bias"));
-    put(m + "self_attn.o_proj.weight", {kD, kH * kDh}, transpose2d(get(a + "out.kernel"), kH * kDh, kD));
-    put(m + "self_attn.o_proj.bias", {kD}, get(a + "out.bias"));
-    put(m + "self_attn.sinks", {kH}, get(a + "sinks"));
-    put(m + "mlp.router.weight", {kE, kD}, transpose2d(get(n + "mlp.gate.kernel"), kD, kE));
-    put(m + "mlp.router.bias", {kE}, get(n + "mlp.gate.bias"));
-    // gate_up_proj [E, D, 2I]: wi_0 in the even columns, wi_1 in the odd ones.
-    const auto& w0 = get(n + "mlp.wi_0");
-    const auto& w1 = get(n + "mlp.wi_1");
-    std::vector<double> gate_up(kE * kD * 2 * kI);
-    for (int64_t r = 0; r < kE * kD; ++r)
-      for (int64_t i = 0; i < kI; ++i) {
-        gate_up[r * 2 * kI + 2 * i] = w0[r * kI + i];
-        gate_up[r * 2 * kI + 2 * i + 1] = w1[r * kI + i];
-      }
-    put(m + "mlp.experts.gate_up_proj", {kE, kD, 2 * kI}, gate_up);
-    const auto& b0 = get(n + "mlp.wi_0_bias");
-    const auto& b1 = get(n + "mlp.wi_1_bias");
-    std::vector<double> gate_up_bias(kE * 2 * kI);
-    for (int64_t e = 0; e < kE; ++e)
-      for (int64_t i = 0; i < kI; ++i) {
-        gate_up_bias[e * 2 * kI + 2 * i] = b0[e * kI + i];
-        gate_up_bias[e * 2 * kI + 2 * i + 1] = b1[e * kI + i];
-      }
-    put(m + "mlp.experts.gate_up_proj_bias", {kE, 2 * kI}, gate_up_bias);
-    put(m + "mlp.experts.down_proj", {kE, kI, kD}, get(n + "mlp.wo"));
-    put(m + "mlp.experts.down_proj_bias", {kE, kD}, get(n + "mlp.wo_bias"));
-  }
-  put("model.norm.weight", {kD}, get("decoder_norm.scale"));
-  put("lm_head.weight", {kV, kD}, transpose2d(get("logits_dense.kernel"), kD, kV));
-  return hf;
+// Kiln's parameters (MaxText layout) -> Hugging Face GPT-OSS tensors, through the mapping
+// `kiln convert` uses (checkpoint/hf_gpt_oss.h), in float64 so nothing is rounded. Linear in
+// the values, so it maps gradients the same way.
+std::map<std::string, HostTensor> to_hf(const std::map<std::string, HostTensor>& k) {
+  checkpoint::TensorMap kiln;
+  for (const auto& [name, t] : k) kiln[name] = ir::Literal(ir::Shape(ir::DType::kF64, t.shape), t.data);
+  Result<checkpoint::TensorMap> hf = checkpoint::gpt_oss_to_hf(kiln);
+  KILN_CHECK_OK(hf);
+  std::map<std::string, HostTensor> out;
+  for (const auto& [name, t] : *hf) out[name] = HostTensor{t.shape().dims(), t.values()};
+  return out;
 }
 
 // The first non-parameter instruction named `name`.
@@ -389,7 +344,7 @@ TEST(GptOssParity, LogitsLossAndGradientsMatchPyTorch) {
       {"z_loss_multiplier", config.get_float("z_loss_multiplier")},
   };
   std::ofstream(dir / "config.json") << hf_config.dump(2);
-  testing::write_safetensors((dir / "weights.safetensors").string(), to_hf(weights, layers));
+  testing::write_safetensors((dir / "weights.safetensors").string(), to_hf(weights));
   testing::write_safetensors((dir / "batch.safetensors").string(), {{"inputs", pb.inputs},
                                                                     {"targets", pb.targets},
                                                                     {"positions", pb.positions},
@@ -428,7 +383,7 @@ TEST(GptOssParity, LogitsLossAndGradientsMatchPyTorch) {
   std::map<std::string, HostTensor> kiln_grads;
   for (size_t i = 0; i < model->params().size(); ++i)
     kiln_grads[model->params()[i].name] = to_host(out[first_grad + i]);
-  std::map<std::string, HostTensor> kiln_hf = to_hf(kiln_grads, layers);
+  std::map<std::string, HostTensor> kiln_hf = to_hf(kiln_grads);
   double worst = 0;
   for (const auto& [name, grad] : kiln_hf) {
     ASSERT_TRUE(ref.count("grad." + name)) << "reference has no gradient for " << name;
