@@ -3,6 +3,8 @@
 
 #include <pcre2.h>
 
+#include <atomic>
+
 #include "kiln/base/check.h"
 
 namespace kiln::data {
@@ -12,7 +14,7 @@ namespace {
 // Per-thread match state: match data sized for the pattern and a JIT stack that can grow
 // to 16 MiB (long whitespace runs with a lookahead recurse deeper than the default 32 KiB).
 struct MatchState {
-  const void* code = nullptr;
+  uint64_t owner = 0;  // Pretokenizer::id_ (an address could be reused by a later pattern)
   pcre2_match_data* data = nullptr;
   pcre2_match_context* context = nullptr;
   pcre2_jit_stack* stack = nullptr;
@@ -21,15 +23,15 @@ struct MatchState {
     if (data) pcre2_match_data_free(data);
     if (context) pcre2_match_context_free(context);
     if (stack) pcre2_jit_stack_free(stack);
-    data = nullptr, context = nullptr, stack = nullptr, code = nullptr;
+    data = nullptr, context = nullptr, stack = nullptr, owner = 0;
   }
 };
 
-MatchState& match_state(pcre2_code* code, bool jit) {
+MatchState& match_state(uint64_t owner, pcre2_code* code, bool jit) {
   thread_local MatchState state;
-  if (state.code != code) {
+  if (state.owner != owner) {
     state.reset();
-    state.code = code;
+    state.owner = owner;
     state.data = pcre2_match_data_create_from_pattern(code, nullptr);
     state.context = pcre2_match_context_create(nullptr);
     if (jit) {
@@ -56,6 +58,8 @@ Result<std::unique_ptr<Pretokenizer>> Pretokenizer::compile(const std::string& p
   std::unique_ptr<Pretokenizer> p(new Pretokenizer());
   p->code_ = code;
   p->jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  static std::atomic<uint64_t> next_id{1};
+  p->id_ = next_id.fetch_add(1);
   return p;
 }
 
@@ -65,7 +69,7 @@ Pretokenizer::~Pretokenizer() {
 
 void Pretokenizer::split(std::string_view text, const std::function<void(std::string_view)>& piece) const {
   auto* code = static_cast<pcre2_code*>(code_);
-  MatchState& st = match_state(code, jit_);
+  MatchState& st = match_state(id_, code, jit_);
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   while (pos < text.size()) {
@@ -75,7 +79,8 @@ void Pretokenizer::split(std::string_view text, const std::function<void(std::st
       piece(text.substr(pos));  // trailing bytes no match covers (invalid UTF-8)
       return;
     }
-    KILN_CHECK(rc > 0) << "PCRE2 match failed with error " << rc;
+    // rc 0: more groups than the match data holds; the whole match (ovector[0..1]) is there.
+    KILN_CHECK(rc >= 0) << "PCRE2 match failed with error " << rc;
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
     size_t begin = ov[0], end = ov[1];
     if (begin > pos) piece(text.substr(pos, begin - pos));  // skipped invalid bytes

@@ -8,6 +8,7 @@
 // decoding gives the input back.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -33,6 +34,7 @@ class Pretokenizer {
   Pretokenizer() = default;
   void* code_ = nullptr;  // pcre2_code_8*
   bool jit_ = false;
+  uint64_t id_ = 0;  // unique per pattern: keys the per-thread match state
 };
 
 }  // namespace kiln::data
