@@ -96,20 +96,33 @@ void Computation::remove(const std::vector<Instr*>& dead) {
 }
 
 void Computation::topo_sort() {
-  std::unordered_map<Instr*, std::unique_ptr<Instr>> owned;
-  std::vector<Instr*> order;
-  for (auto& i : instrs_) order.push_back(i.get());
-  for (auto& i : instrs_) {
-    Instr* raw = i.get();
-    owned[raw] = std::move(i);
+  // Most calls find the order already topological (every fusion body after a pass, the
+  // entry after a pass that only removed instructions): check that first, in one sweep.
+  std::unordered_set<const Instr*> placed;
+  placed.reserve(instrs_.size());
+  bool sorted = true;
+  for (const auto& i : instrs_) {
+    for (const Instr* operand : i->operands()) sorted = sorted && placed.count(operand) > 0;
+    if (!sorted) break;
+    placed.insert(i.get());
   }
+  if (sorted) return;
+  placed.clear();
+  std::vector<std::unique_ptr<Instr>> old = std::move(instrs_);
+  std::unordered_map<Instr*, size_t> index;
+  index.reserve(old.size());
+  for (size_t k = 0; k < old.size(); ++k) index[old[k].get()] = k;
   instrs_.clear();
-  std::unordered_set<Instr*> placed;
+  instrs_.reserve(old.size());
   // Iterative DFS so that deep graphs (thousands of layers of ops) do not overflow the stack.
-  for (Instr* start : order) {
-    if (placed.count(start)) continue;
-    std::vector<std::pair<Instr*, size_t>> stack = {{start, 0}};
-    std::unordered_set<Instr*> on_stack = {start};
+  // The stack and the on-stack set are empty again after each start: allocated once.
+  std::vector<std::pair<Instr*, size_t>> stack;
+  std::unordered_set<Instr*> on_stack;
+  for (size_t k = 0; k < old.size(); ++k) {
+    Instr* start = old[k].get();
+    if (start == nullptr || placed.count(start)) continue;
+    stack.push_back({start, 0});
+    on_stack.insert(start);
     while (!stack.empty()) {
       auto& [instr, next] = stack.back();
       if (next < instr->operands().size()) {
@@ -123,7 +136,7 @@ void Computation::topo_sort() {
       }
       placed.insert(instr);
       on_stack.erase(instr);
-      instrs_.push_back(std::move(owned.at(instr)));
+      instrs_.push_back(std::move(old[index.at(instr)]));
       stack.pop_back();
     }
   }

@@ -82,7 +82,8 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
   return g;
 }
 
-// Moves the group into a new computation and replaces it by one fusion instruction.
+// Moves the group into a new computation and replaces its root by one fusion instruction
+// (the members, now unused, are removed by the caller).
 void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
   ir::Computation* body = module.add_computation(module.fresh_id("fused"));
   std::unordered_map<const Instr*, Instr*> inside;
@@ -111,18 +112,6 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
   fusion->mutable_meta().axes = g.root->meta().axes;
   fusion->mutable_meta().sharding = g.root->meta().sharding;
   g.root->replace_all_uses_with(fusion);
-  // Members die in reverse order; copied scalar broadcasts may still have outside users.
-  std::vector<Instr*> dead;
-  std::unordered_set<const Instr*> dying;
-  for (auto it = g.members.rbegin(); it != g.members.rend(); ++it) {
-    bool users_dying = std::all_of((*it)->users().begin(), (*it)->users().end(),
-                                   [&](const Instr* u) { return dying.count(u) > 0; });
-    if (users_dying) {
-      dead.push_back(*it);
-      dying.insert(*it);
-    }
-  }
-  comp.remove(dead);
 }
 
 }  // namespace
@@ -147,6 +136,23 @@ Result<bool> FusionPass::run(ir::Module& module) {
     groups.push_back(std::move(g));
   }
   for (const Group& g : groups) outline(module, comp, g);
+  // The outlined members die together, in one sweep over the computation (removing them
+  // group by group rescans the whole list each time: quadratic in a 16-layer step). A copied
+  // scalar broadcast stays while something outside the fusions still reads it.
+  std::vector<Instr*> members;
+  for (const Group& g : groups) members.insert(members.end(), g.members.begin(), g.members.end());
+  std::sort(members.begin(), members.end(), [&](const Instr* a, const Instr* b) { return position.at(a) > position.at(b); });
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  std::vector<Instr*> dead;
+  std::unordered_set<const Instr*> dying;
+  for (Instr* m : members) {
+    bool users_dying = std::all_of(m->users().begin(), m->users().end(), [&](const Instr* u) { return dying.count(u) > 0; });
+    if (users_dying) {
+      dead.push_back(m);
+      dying.insert(m);
+    }
+  }
+  comp.remove(dead);
   if (!groups.empty()) comp.topo_sort();
   return !groups.empty();
 }
