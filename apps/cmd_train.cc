@@ -3,6 +3,12 @@
 // config, build the model, trace the whole step once, then run `steps` steps, logging
 // MaxText's per-step line and writing {base_output_directory}/{run_name}/metrics.jsonl.
 // Exit codes: 0 done, 2 bad config (nothing was run), 1 the run failed (NaN/Inf loss, I/O).
+//
+// Under mpirun (several ranks) every rank runs this with the same arguments: the mesh counts
+// every rank's devices, each rank drives its local_devices of them, rank 0 alone prints and
+// writes metrics, TensorBoard, profiles and checkpoints, and an error on any rank after the
+// ranks have met ends the whole job (MpiWorld::abort_job) instead of leaving the others to
+// wait for the collective timeout.
 #include <cstdio>
 #include <memory>
 
@@ -12,6 +18,8 @@
 #include "command.h"
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
+#include "kiln/runtime/mpi_world.h"
+#include "kiln/runtime/world.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::app {
@@ -32,23 +40,52 @@ std::function<int()> add_train_command(CLI::App& cmd) {
              "gradient_clipping_threshold, adam_*, adamw_mask, reuse_example_batch, init_weights_seed, "
              "run_name, base_output_directory, hardware_peak_tflops, ... (see `kiln config`).");
   return [opts]() -> int {
-    Result<config::Config> cfg = config::load(opts->settings);
+    Result<int64_t> ranks = runtime::launcher_num_ranks();
+    if (!ranks.ok()) return report_error(ranks.status());
+    Result<config::Config> cfg = config::load(opts->settings, *ranks);
     if (!cfg.ok()) return report_error(cfg.status());
-    std::printf("kiln train: config from %s\n", fmt::format("{}", fmt::join(cfg->files(), " <- ")).c_str());
-    std::fflush(stdout);
+    // Under MPI: meet the other ranks now (MPI_Init), so every later error can end the job.
+    std::shared_ptr<runtime::World> world;
+    runtime::MpiWorld* mpi = nullptr;
+    if (*ranks > 1 && !opts->dry_run) {
+      Result<std::unique_ptr<runtime::World>> made = runtime::make_world(*cfg);
+      if (!made.ok()) return report_error(made.status());
+      world = std::move(*made);
+      mpi = dynamic_cast<runtime::MpiWorld*>(world.get());
+      if (world->rank() != 0) {
+        // Ranks other than 0 compute the same steps but write nothing of their own.
+        std::vector<std::string> quiet = opts->settings;
+        quiet.insert(quiet.end(), {"enable_tensorboard=false", "profiler=", "report=false", "metrics_file="});
+        cfg = config::load(quiet, *ranks);
+        if (!cfg.ok()) mpi->abort_job(cfg.status(), kExitUsage);
+      }
+    }
+    const bool primary = world == nullptr || world->rank() == 0;
+    auto fail = [&](const Status& status, int code) {
+      if (mpi != nullptr) mpi->abort_job(status, code);  // prints "kiln: error: rank R: ..."
+      report_error(status);
+      return code;
+    };
+    if (primary) {
+      std::printf("kiln train: config from %s\n", fmt::format("{}", fmt::join(cfg->files(), " <- ")).c_str());
+      std::fflush(stdout);
+    }
     Result<std::unique_ptr<models::Model>> model = models::make_model(*cfg);
-    if (!model.ok()) return report_error(model.status());
+    if (!model.ok()) return fail(model.status(), exit_code_for(model.status()));
     if (opts->dry_run) {
       for (const std::string& line : train::startup_report(*cfg, **model)) std::printf("%s\n", line.c_str());
       return kExitOk;
     }
-    Result<std::unique_ptr<train::Trainer>> trainer = train::Trainer::create(*cfg, std::move(*model));
-    if (!trainer.ok()) return report_error(trainer.status());
-    Status status = (*trainer)->run();
-    if (!status.ok()) {
-      report_error(status);
-      return kExitFailure;  // the run started: a failure now is never a usage error
+    train::TrainerOptions options;
+    options.world = world;
+    if (!primary) {
+      options.console = nullptr;
+      options.write_metrics_file = false;
     }
+    Result<std::unique_ptr<train::Trainer>> trainer = train::Trainer::create(*cfg, std::move(*model), options);
+    if (!trainer.ok()) return fail(trainer.status(), exit_code_for(trainer.status()));
+    Status status = (*trainer)->run();
+    if (!status.ok()) return fail(status, kExitFailure);  // the run started: never a usage error
     return kExitOk;
   };
 }

@@ -35,6 +35,7 @@ std::string console_line(const StepRecord& r) {
       r.step, r.step_time_s, r.tflops_per_s_per_device, r.tokens_per_s_per_device,
       static_cast<int64_t>(std::llround(r.total_weights)), shown(r.loss), shown(r.lm_loss), r.learning_rate,
       shown(r.grad_norm), shown(r.raw_grad_norm), shown(r.moe_lb_loss), 100.0 * r.mfu, r.data_wait_s) +
+         (r.collective_wait_s >= 0 ? fmt::format(", collective_wait: {:.3f}", r.collective_wait_s) : "") +
          expert_load_text(r);
 }
 
@@ -64,6 +65,9 @@ std::string json_line(const StepRecord& r) {
       number(r.grad_norm), number(r.raw_grad_norm), number(r.param_norm), number(r.learning_rate),
       number(r.step_time_s), number(r.data_wait_s), number(r.tokens_per_s_per_device),
       number(r.tflops_per_s_per_device), number(r.mfu));
+  if (r.collective_wait_s >= 0) {
+    line.insert(line.size() - 1, fmt::format(", \"collective_wait_s\": {}", number(r.collective_wait_s)));
+  }
   if (!r.expert_load.empty()) line.insert(line.size() - 1, expert_load_json(r));  // before the closing brace
   return line;
 }

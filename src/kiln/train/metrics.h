@@ -4,7 +4,8 @@
 //   completed step: 12, seconds: 1.234, TFLOP/s/device: 0.011, Tokens/s/device: 829.876,
 //   total_weights: 1024, loss: 7.123, lm_loss: 7.123, learning_rate: 3.000e-05,
 //   grad_norm: 0.812, raw_grad_norm: 0.812, moe_lb_loss: 0.000000, MFU: 4.71%, data_wait: 0.000
-// (one line; data_wait: seconds the step waited for its batch). metrics.jsonl: one JSON
+// (one line; data_wait: seconds the step waited for its batch; on a mesh of several devices
+// then ", collective_wait: 0.012"). metrics.jsonl: one JSON
 // object per step with the fields of StepRecord under the same names; non-finite numbers
 // are written as null (JSON has no NaN).
 #pragma once
@@ -31,6 +32,9 @@ struct StepRecord {
   double learning_rate = 0;  // used by this step
   double step_time_s = 0;    // wall time since the previous step completed
   double data_wait_s = 0;    // part of it spent waiting for the batch (0 when prefetch keeps up)
+  // Part of it a device spent blocked on collectives (exposed, not hidden by overlap): the
+  // most of this process's devices. -1 on one device (no collectives: not written).
+  double collective_wait_s = -1;
   double tokens_per_s_per_device = 0;
   double tflops_per_s_per_device = 0;
   double mfu = 0;            // tflops_per_s_per_device / hardware_peak_tflops (a fraction)

@@ -1,5 +1,7 @@
 #include "kiln/train/sharded_step_runner.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
@@ -12,7 +14,7 @@ namespace {
 class ShardedRunner : public StepRunner {
  public:
   ShardedRunner(const StepProgram& global, spmd::PartitionResult partition, spmd::Mesh mesh,
-                std::unique_ptr<runtime::World> world)
+                std::shared_ptr<runtime::World> world)
       : global_(global), partition_(std::move(partition)), mesh_(std::move(mesh)), world_(std::move(world)) {
     local_.module = std::move(partition_.module);
     local_.num_params = global.num_params;
@@ -21,6 +23,7 @@ class ShardedRunner : public StepRunner {
     for (int64_t d = 0; d < world_->local_devices(); ++d) {
       contexts_.push_back(ops::DeviceContext{mesh_, world_->first_device() + d, &world_->device(d)});
     }
+    for (int64_t g = 0; g < mesh_.num_devices(); ++g) all_devices_.push_back(g);
     name_ = fmt::format("{} on {} devices ({})", "?", mesh_.num_devices(), mesh_.to_string());
   }
 
@@ -34,10 +37,14 @@ class ShardedRunner : public StepRunner {
         runners_.push_back(make_interpreter_runner(local_));
       }
     }
-    name_ = fmt::format("{} on {} devices ({})", runners_[0]->name(), mesh_.num_devices(), mesh_.to_string());
+    std::string ranks = world_->num_ranks() > 1 ? fmt::format(", {} MPI ranks × {} local devices",
+                                                              world_->num_ranks(), world_->local_devices())
+                                                : std::string();
+    name_ = fmt::format("{} on {} devices ({}{})", runners_[0]->name(), mesh_.num_devices(), mesh_.to_string(), ranks);
     return ok_status();
   }
 
+  // Every rank passes the same global value; only the local devices' shards are kept.
   void set_arg(int64_t index, const ir::Literal& value) override {
     const ir::Sharding& s = partition_.param_shardings.at(index);
     for (int64_t d = 0; d < world_->local_devices(); ++d) {
@@ -46,37 +53,79 @@ class ShardedRunner : public StepRunner {
   }
 
   Status run() override {
+    // The exposed collective time of this step: each local device's growth of wait_seconds()
+    // (waits in arg()'s gathers between steps are not part of it).
+    std::vector<double> waited(runners_.size(), 0.0);
     KILN_RETURN_IF_ERROR(runtime::run_on_devices(*world_, [&](int64_t d) {
       ops::ScopedDeviceContext scope(&contexts_[d]);
-      return runners_[d]->run();
+      const double before = world_->device(d).wait_seconds();
+      Status st = runners_[d]->run();
+      waited[d] = world_->device(d).wait_seconds() - before;
+      return st;
     }));
+    collective_wait_s_ = *std::max_element(waited.begin(), waited.end());
     expert_load_ = runners_[0]->expert_load();
     return ok_status();
   }
 
   double metric(StepMetric m) const override { return runners_[0]->metric(m); }
+  double collective_wait_s() const override { return collective_wait_s_; }
 
   ir::Literal arg(int64_t index) const override {
+    const ir::Instr* param = global_.module->entry()->param(static_cast<int>(index));
+    const ir::Sharding& sharding = partition_.param_shardings.at(index);
     std::vector<ir::Literal> shards;
-    for (const auto& r : runners_) shards.push_back(r->arg(index));
+    if (world_->num_ranks() == 1) {
+      for (const auto& r : runners_) shards.push_back(r->arg(index));
+    } else {
+      shards = gather_shards(index);
+    }
     std::vector<const ir::Literal*> ptrs;
     for (const auto& s : shards) ptrs.push_back(&s);
-    const ir::Instr* param = global_.module->entry()->param(static_cast<int>(index));
-    return spmd::assemble_literal(ptrs, param->shape(), partition_.param_shardings.at(index), mesh_);
+    return spmd::assemble_literal(ptrs, param->shape(), sharding, mesh_);
   }
 
   const char* name() const override { return name_.c_str(); }
   const spmd::PartitionResult& partition() const { return partition_; }
 
  private:
+  // Every device's shard of argument `index`, in global device order, on every rank: each
+  // local device all-gathers its shard's values over the whole mesh (all shards of a tensor
+  // have the same size), and local device 0's result is unpacked. Collective: every rank
+  // must call arg(index) at the same point. A failure here (a dead rank, the timeout) cannot
+  // be returned through StepRunner::arg, so it ends the process with the error.
+  std::vector<ir::Literal> gather_shards(int64_t index) const {
+    const int64_t n = world_->local_devices(), total = mesh_.num_devices();
+    std::vector<ir::Literal> mine;
+    for (const auto& r : runners_) mine.push_back(r->arg(index));
+    const size_t count = mine[0].values().size();
+    std::vector<std::vector<double>> gathered(n, std::vector<double>(count * total));
+    Status st = runtime::run_on_devices(*world_, [&](int64_t d) -> Status {
+      KILN_CHECK(mine[d].values().size() == count) << "shards of argument " << index << " differ in size";
+      return world_->device(d).all_gather(all_devices_, mine[d].values().data(), count * sizeof(double),
+                                          gathered[d].data())->wait();
+    });
+    KILN_CHECK(st.ok()) << "gathering argument " << index << " over the mesh: " << st.to_string();
+    std::vector<ir::Literal> shards;
+    for (int64_t g = 0; g < total; ++g) {
+      ir::Literal shard(mine[0].shape());
+      std::copy_n(gathered[0].begin() + static_cast<std::ptrdiff_t>(g * count), count,
+                  shard.mutable_values().begin());
+      shards.push_back(std::move(shard));
+    }
+    return shards;
+  }
+
   const StepProgram& global_;
   spmd::PartitionResult partition_;
   spmd::Mesh mesh_;
-  std::unique_ptr<runtime::World> world_;
+  std::shared_ptr<runtime::World> world_;
+  runtime::Group all_devices_;  // 0 .. mesh devices - 1
   StepProgram local_;
   std::vector<ops::DeviceContext> contexts_;
   std::vector<std::unique_ptr<StepRunner>> runners_;
   std::string name_;
+  double collective_wait_s_ = 0;
 };
 
 }  // namespace
@@ -129,14 +178,15 @@ Result<spmd::PartitionResult> partition_step(const config::Config& config, const
 
 Result<std::unique_ptr<StepRunner>> make_sharded_runner(const config::Config& config, const StepProgram& program,
                                                         const std::vector<models::ParamSpec>& params,
-                                                        std::unique_ptr<runtime::World> world,
+                                                        std::shared_ptr<runtime::World> world,
                                                         const ShardedRunnerOptions& options,
                                                         backend::CompileReport* report) {
   spmd::Mesh mesh = spmd::Mesh::from_config(config.derived().mesh);
-  if (world->num_ranks() != 1 || world->local_devices() != mesh.num_devices()) {
-    return invalid_argument("the sharded step runner needs all {} devices of the mesh in this process (got {} rank(s) "
-                            "× {} local devices); multi-process training is not supported yet",
-                            mesh.num_devices(), world->num_ranks(), world->local_devices());
+  if (world->num_devices() != mesh.num_devices()) {
+    return invalid_argument("the mesh {} has {} devices but the runtime has {} ({} rank(s) × {} local devices); set "
+                            "local_devices so that ranks × local_devices = the mesh's devices",
+                            mesh.to_string(), mesh.num_devices(), world->num_devices(), world->num_ranks(),
+                            world->local_devices());
   }
   KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, partition_step(config, program, params));
   auto runner = std::make_unique<ShardedRunner>(program, std::move(partition), mesh, std::move(world));

@@ -5,6 +5,13 @@
 // To the trainer it is one StepRunner on global values: set_arg() splits a global value
 // into the devices' shards, arg() assembles it back, and the metrics are the (replicated)
 // values of device 0.
+//
+// Under MPI (an MpiWorld of several ranks) every rank runs one such runner on its own local
+// devices (global device id = world.first_device() + local index) and the trainer on every
+// rank makes the same calls in the same order: set_arg() takes the same global value on every
+// rank and keeps only the local devices' shards; arg() is collective (every local device
+// all-gathers its shard over the whole mesh) and returns the global value on every rank; the
+// metrics are local device 0's, replicated and so identical on every rank.
 #pragma once
 
 #include <memory>
@@ -35,11 +42,11 @@ Result<spmd::PartitionOptions> step_partition_options(const config::Config& conf
 Result<spmd::PartitionResult> partition_step(const config::Config& config, const StepProgram& program,
                                              const std::vector<models::ParamSpec>& params);
 
-// `world` must hold every device of the mesh in this process (MPI worlds with several
-// ranks are not supported by this runner yet).
+// `world` must hold the mesh's devices: all of them (one process), or ranks × local_devices
+// of them over MPI. Shared: the application keeps it too (MpiWorld::abort_job on errors).
 Result<std::unique_ptr<StepRunner>> make_sharded_runner(const config::Config& config, const StepProgram& program,
                                                         const std::vector<models::ParamSpec>& params,
-                                                        std::unique_ptr<runtime::World> world,
+                                                        std::shared_ptr<runtime::World> world,
                                                         const ShardedRunnerOptions& options,
                                                         backend::CompileReport* report);
 

@@ -30,6 +30,9 @@ class StepRunner {
   virtual const char* name() const = 0;              // "reference interpreter", "compiled CPU executable"
   // Per-instruction timing hook (profiles); only executors that run kernels call it.
   virtual void set_observer(backend::InstructionObserver* /*observer*/) {}
+  // Seconds the last run() spent blocked on collectives (the most of any local device);
+  // -1 for runners without collectives (one device), whose metrics leave it out.
+  virtual double collective_wait_s() const { return -1; }
 
  protected:
   std::vector<double> expert_load_;

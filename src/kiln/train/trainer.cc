@@ -355,6 +355,10 @@ Status Trainer::save_checkpoint() {
   save_options.max_to_keep = max_checkpoints_;
   save_options.after_file = options_.checkpoint_after_file;
   last_saved_step_ = step_;
+  if (!writes_files()) {  // MPI rank > 0: take part in the collective snapshot only
+    (void)snapshot();
+    return ok_status();
+  }
   if (async_checkpointing_) {
     Status previous = saver_.save(checkpoints_dir(), snapshot(), save_options);
     checkpoint_blocked_s_ = seconds_since(start);
@@ -393,6 +397,7 @@ Result<StepRecord> Trainer::run_step() {
   r.step = step_;
   r.step_time_s = seconds_since(last_step_end_);
   r.data_wait_s = data_wait_s;
+  r.collective_wait_s = runner_->collective_wait_s();
   last_step_end_ = Clock::now();
   r.loss = metric(StepMetric::kLoss);
   r.total_weights = metric(StepMetric::kTotalWeights);

@@ -1,5 +1,6 @@
 // The trainer on a mesh of several devices: the step partitioned by the SPMD partitioner
-// and run by every virtual device of the runtime world (train/sharded_step_runner.h).
+// and run by every virtual device of the runtime world (train/sharded_step_runner.h), in
+// one process or, under MPI, on every rank (TrainerOptions::world).
 #include <fmt/format.h>
 
 #include "kiln/runtime/world.h"
@@ -9,7 +10,11 @@
 namespace kiln::train {
 
 Status Trainer::make_sharded_runner(const config::Config& config, double* compile_s) {
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<runtime::World> world, runtime::make_world(config));
+  std::shared_ptr<runtime::World> world = options_.world;
+  if (world == nullptr) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<runtime::World> made, runtime::make_world(config));
+    world = std::move(made);
+  }
   ShardedRunnerOptions options;
   options.compiled = config.get_string("executor") == "compiled";
   options.compile.dump_dir = config.get_string("dump_ir");
@@ -28,5 +33,7 @@ Status Trainer::make_sharded_runner(const config::Config& config, double* compil
   print(fmt::format("executor: {}", runner_->name()));
   return ok_status();
 }
+
+bool Trainer::writes_files() const { return options_.world == nullptr || options_.world->rank() == 0; }
 
 }  // namespace kiln::train
