@@ -4,6 +4,7 @@
 #   make build   set up and build only
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
 #   make bench   benchmarks (bench/): kernels and the whole step vs PyTorch
+#   make e2e     long end-to-end checks: 200 steps of gpt-oss-tiny in bf16 vs f32 (loss curves)
 BUILD_DIR ?= build
 # Paths under the checkout hash relative to it, so another clone (CI) reuses the compile cache.
 export CCACHE_BASEDIR := $(CURDIR)
@@ -11,7 +12,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 RUN_ARGS ?=
 
-.PHONY: setup configure build run test asan bench clean
+.PHONY: setup configure build run test asan bench e2e clean
 
 setup:
 	@bash scripts/setup.sh
@@ -47,6 +48,12 @@ bench: build
 	@bash scripts/setup_bench.sh
 	@for b in $(BUILD_DIR)/bench/*_bench; do [ -x "$$b" ] && "$$b" || true; done
 	/usr/bin/python3 bench/step_vs_torch.py --kiln $(BUILD_DIR)/kiln
+	/usr/bin/python3 bench/step_bf16_vs_f32.py --kiln $(BUILD_DIR)/kiln
+
+# bf16 mixed precision tracks float32: both loss curves of a 200-step gpt-oss-tiny run on
+# the fortunes corpus and their largest deviation; fails past the stated tolerance.
+e2e: build
+	/usr/bin/python3 bench/bf16_loss_curve.py --kiln $(BUILD_DIR)/kiln --steps 200
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan
