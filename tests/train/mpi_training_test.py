@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""Multi-process training: `mpirun -np 2 kiln train ... local_devices=2` on the mesh
+ici_fsdp_parallelism=2 ici_expert_parallelism=2 (4 devices over 2 ranks) gives the per-step
+losses of the one-device run (metrics.jsonl, 1e-4 relative: float32 sums in another order),
+rank 0 alone prints and writes, the checkpoint it saves (arg() gathers over both ranks) holds
+the global tensors, and collective_wait is reported. gpt-oss-tiny shrunk as in
+sharded_training_test.cc.
+
+  mpi_training_test.py --kiln build/kiln --mpirun "mpiexec --allow-run-as-root --oversubscribe -n 2"
+"""
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+MODEL = [
+    "model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",
+    "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
+    "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
+    "max_target_length=8", "steps=4", "learning_rate=1e-2", "log_period=100", "enable_tensorboard=false",
+]
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    if p.returncode != 0:
+        sys.exit(f"FAIL: exit {p.returncode}: {' '.join(cmd)}\n{p.stdout}")
+    return p.stdout
+
+
+def records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--mpirun", required=True, help="launcher command for 2 ranks")
+    ap.add_argument("--executor", default="interpreter")
+    args = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS="1", KILN_PROGRESS="off", KILN_COLLECTIVE_TIMEOUT_S="120",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    out = tempfile.mkdtemp(prefix="kiln_mpi_training_")
+    try:
+        common = MODEL + [f"executor={args.executor}", f"base_output_directory={out}"]
+        run([args.kiln, "train"] + common + ["per_device_batch_size=4", "local_devices=1", "ici_fsdp_parallelism=1",
+                                             "enable_checkpointing=false", "run_name=one"], env)
+        log = run(shlex.split(args.mpirun) + [args.kiln, "train"] + common + [
+            "per_device_batch_size=1", "local_devices=2", "ici_fsdp_parallelism=2", "ici_expert_parallelism=2",
+            "enable_checkpointing=true", "checkpoint_period=2", "run_name=mpi"], env)
+
+        one, mpi = records(os.path.join(out, "one", "metrics.jsonl")), records(os.path.join(out, "mpi", "metrics.jsonl"))
+        assert len(one) == len(mpi) == 4, (len(one), len(mpi))
+        for a, b in zip(one, mpi):
+            assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), f"step {a['step']}: {a['loss']} vs {b['loss']}"
+            assert "collective_wait_s" not in a, a  # one device: no collectives
+            assert 0 <= b["collective_wait_s"] <= b["step_time_s"] + 1e-3, b
+        assert mpi[-1]["loss"] < mpi[0]["loss"], "the loss does not fall"
+        # Rank 0 alone prints: each step line once, with the collective wait.
+        steps = [line for line in log.splitlines() if line.startswith("completed step:")]
+        assert len(steps) == 4, f"expected 4 step lines (rank 0 only), got {len(steps)}:\n{log}"
+        assert all(", collective_wait: " in line for line in steps), steps[0]
+        assert "2 MPI ranks × 2 local devices" in log, log
+        # Checkpoints of steps 2 and 4, written once (by rank 0) with the global tensors.
+        ckpt = os.path.join(out, "mpi", "checkpoints")
+        saved = sorted(d for d in os.listdir(ckpt) if d.isdigit())
+        assert saved == ["2", "4"], saved
+        # Resume from step 4 with steps=6 under MPI: both ranks restore, two more steps.
+        log = run(shlex.split(args.mpirun) + [args.kiln, "train"] + common + [
+            "per_device_batch_size=1", "local_devices=2", "ici_fsdp_parallelism=2", "ici_expert_parallelism=2",
+            "enable_checkpointing=true", "checkpoint_period=2", "run_name=mpi", "steps=6"], env)
+        assert "restored the full training state of step 4" in log, log
+        resumed = [line for line in log.splitlines() if line.startswith("completed step:")]
+        assert [line.split(",")[0] for line in resumed] == ["completed step: 4", "completed step: 5"], resumed
+        print(f"ok: {len(one)} steps, losses {[round(r['loss'], 6) for r in mpi]} "
+              f"(one device {[round(r['loss'], 6) for r in one]}), collective_wait "
+              f"{[round(r['collective_wait_s'], 3) for r in mpi]} s")
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
