@@ -17,6 +17,7 @@
 #include "kiln/checkpoint/hf_gpt_oss.h"
 #include "kiln/checkpoint/mxfp4.h"
 #include "kiln/checkpoint/safetensors.h"
+#include "kiln/base/progress.h"
 
 namespace kiln::app {
 
@@ -69,10 +70,15 @@ Status kiln_to_hf(const fs::path& in, const fs::path& out) {
   // Only the parameters are read (any saved layout: pieces are assembled into global tensors).
   KILN_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::open(dir));
   checkpoint::TensorMap kiln;
+  int64_t param_bytes = 0;
+  for (const checkpoint::SavedTensor& t : reader.tensors()) param_bytes += t.name.rfind("params/", 0) == 0 ? t.shape.byte_size() : 0;
+  Progress progress("read " + dir, param_bytes, Progress::Unit::kBytes);
   for (const checkpoint::SavedTensor& t : reader.tensors()) {
     if (t.name.rfind("params/", 0) != 0) continue;
     KILN_ASSIGN_OR_RETURN(kiln[t.name.substr(7)], reader.read_global(t.name));
+    progress.advance(t.shape.byte_size());
   }
+  progress.finish();
   KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap hf, checkpoint::gpt_oss_to_hf(kiln));
   KILN_ASSIGN_OR_RETURN(nlohmann::json config, checkpoint::gpt_oss_hf_config(kiln, reader.config_yaml()));
   std::error_code ec;

@@ -66,7 +66,7 @@ def event_class(workdir):
 def f32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
-def check_tensorboard(run_dir, workdir):
+def check_tensorboard(run_dir, workdir, stdout):
     Event = event_class(workdir)
     files = glob.glob(os.path.join(run_dir, "tensorboard", "events.out.tfevents.*"))
     assert len(files) == 1, f"expected one event file, found {files}"
@@ -79,11 +79,20 @@ def check_tensorboard(run_dir, workdir):
         events.append(e)
     assert events[0].file_version == "brain.Event:2", events[0]
     metrics = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
-    by_step = {e.step: {v.tag: v.simple_value for v in e.summary.value} for e in events[1:]}
+    # Eval events carry only eval/avg_loss; they follow the step they evaluate.
+    evals = [(e.step, e.summary.value[0].simple_value) for e in events[1:]
+             if [v.tag for v in e.summary.value] == ["eval/avg_loss"]]
+    printed = [(int(a), float(b)) for a, b in re.findall(r"eval after step (\d+): eval loss ([\d.]+)", stdout)]
+    assert printed and len(evals) == len(printed), (evals, printed)
+    for (step, value), (p_step, p_loss) in zip(evals, printed):
+        assert step == p_step and abs(value - p_loss) <= 5e-4, (step, value, p_step, p_loss)
+    by_step = {e.step: {v.tag: v.simple_value for v in e.summary.value} for e in events[1:]
+               if [v.tag for v in e.summary.value] != ["eval/avg_loss"]}
     assert sorted(by_step) == [m["step"] for m in metrics], (sorted(by_step), len(metrics))
     fields = {"learning/loss": "loss", "learning/lm_loss": "lm_loss", "learning/moe_lb_loss": "moe_lb_loss",
               "learning/grad_norm": "grad_norm", "learning/raw_grad_norm": "raw_grad_norm",
               "learning/current_learning_rate": "learning_rate", "perf/step_time_seconds": "step_time_s",
+              "perf/data_wait_seconds": "data_wait_s",
               "perf/per_device_tokens_per_sec": "tokens_per_s_per_device",
               "perf/per_device_tflops_per_sec": "tflops_per_s_per_device", "perf/mfu": "mfu"}
     checked = 0
@@ -103,7 +112,8 @@ def check_tensorboard(run_dir, workdir):
         else:
             assert not any(t.startswith("moe/") for t in scalars), m["step"]
     assert any(m.get("expert_load") for m in metrics), "no step logged the expert load"
-    print(f"tensorboard: {len(events)} records, CRCs good, {checked} scalars equal metrics.jsonl")
+    print(f"tensorboard: {len(events)} records, CRCs good, {checked} scalars equal metrics.jsonl, "
+          f"{len(evals)} eval losses equal the printed ones")
 
 def check_trace(run_dir, first, count):
     trace = json.load(open(os.path.join(run_dir, "profile", "trace.json")))
@@ -120,7 +130,9 @@ def check_trace(run_dir, first, count):
     assert gemms and all(re.search(r" gemm \d+x\d+x\d+x\d+$", e["name"]) and "lhs" in e["args"] for e in gemms)
     assert any(e["cat"] == "data" for e in spans), "no data-wait span"
     others = [e for e in spans if e["cat"] != "step"]
-    worst = 1.0
+    # Coverage over the profiled steps together (the measure); a loaded machine can
+    # preempt the loop between two kernels for a few ms, so single steps vary more.
+    worst, covered_total = 1.0, 0.0
     for s in steps:
         lo, hi = s["ts"], s["ts"] + s["dur"]
         ivals = sorted((max(lo, e["ts"]), min(hi, e["ts"] + e["dur"])) for e in others
@@ -131,9 +143,11 @@ def check_trace(run_dir, first, count):
                 covered += b - max(a, end)
                 end = b
         worst = min(worst, covered / s["dur"])
-    assert worst >= 0.95, f"trace events cover only {100 * worst:.1f}% of a profiled step"
-    print(f"trace: {len(spans)} events, {len(fusions)} fusions, {len(gemms)} gemms; "
-          f"events cover >= {100 * worst:.1f}% of each of {len(steps)} profiled steps")
+        covered_total += covered
+    coverage = covered_total / sum(s["dur"] for s in steps)
+    assert coverage >= 0.95, f"trace events cover only {100 * coverage:.1f}% of the profiled steps"
+    print(f"trace: {len(spans)} events, {len(fusions)} fusions, {len(gemms)} gemms; events cover "
+          f"{100 * coverage:.1f}% of {len(steps)} profiled steps (the least covered step: {100 * worst:.1f}%)")
 
 def check_attribution(run_dir, stdout):
     table = open(os.path.join(run_dir, "profile", "attribution.txt")).read()
@@ -154,7 +168,11 @@ def main():
     args = ap.parse_args()
     workdir = args.keep or tempfile.mkdtemp(prefix="kiln_obs_")
     first, count = 2, 3
+    # Real text with an eval split, so eval/avg_loss is logged too (fortunes: scripts/setup.sh).
     cmd = [args.kiln, "train", "model_name=gpt-oss-tiny", "steps=6", "log_period=2", "run_name=obs",
+           "override_model_config=true", "dataset_type=text", "dataset_path=/usr/share/games/fortunes",
+           "tokenizer_type=bytes", "vocab_size=258", f"dataset_cache_dir={workdir}/corpus", "eval_interval=3",
+           "eval_steps=1",
            f"base_output_directory={workdir}", "enable_tensorboard=true", "profiler=trace",
            f"skip_first_n_steps_for_profiler={first}", f"profiler_steps={count}", "report=true",
            "enable_checkpointing=false"]
@@ -163,7 +181,7 @@ def main():
     if run.returncode != 0:
         sys.exit(f"kiln train failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
     run_dir = os.path.join(workdir, "obs")
-    check_tensorboard(run_dir, workdir)
+    check_tensorboard(run_dir, workdir, run.stdout)
     check_trace(run_dir, first, count)
     check_attribution(run_dir, run.stdout)
     if not args.keep:

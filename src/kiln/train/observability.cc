@@ -37,18 +37,30 @@ bool RunObserver::observed(int64_t step) const {
 
 void RunObserver::step_begin(int64_t step) {
   current_step_ = step;
+  in_step_ = true;
   if (observed(step)) recorder_->begin_step(step);
 }
 
 void RunObserver::span(const std::string& name, const char* category, int64_t begin_ns, int64_t end_ns) {
-  if (recorder_ != nullptr && recorder_->observing()) recorder_->host_span(name, category, begin_ns, end_ns);
+  // Between steps (logging, checkpoint saves) a span belongs to the next step: its wall
+  // time runs from the end of this one.
+  const int64_t owner = in_step_ ? current_step_ : current_step_ + 1;
+  if (observed(owner)) recorder_->host_span(name, category, begin_ns, end_ns);
 }
 
 Status RunObserver::step_end(const StepRecord& r, int64_t begin_ns, int64_t end_ns) {
+  in_step_ = false;
   if (observed(r.step)) {
     recorder_->end_step(r.step, begin_ns, end_ns);
     if (r.step == last_step_) KILN_RETURN_IF_ERROR(write_profile());
   }
+  KILN_RETURN_IF_ERROR(write_tensorboard(r));
+  // The console line, metrics files and TensorBoard, written after the step's clock stopped.
+  span("log metrics", "host", end_ns, now_ns());
+  return ok_status();
+}
+
+Status RunObserver::write_tensorboard(const StepRecord& r) {
   if (!tensorboard_.is_open()) return ok_status();
   // MaxText's TensorBoard tags (metric_logger), plus Kiln's MFU and expert load.
   std::vector<Scalar> s = {
@@ -61,6 +73,7 @@ Status RunObserver::step_end(const StepRecord& r, int64_t begin_ns, int64_t end_
       {"learning/current_learning_rate", static_cast<float>(r.learning_rate)},
       {"learning/total_weights", static_cast<float>(r.total_weights)},
       {"perf/step_time_seconds", static_cast<float>(r.step_time_s)},
+      {"perf/data_wait_seconds", static_cast<float>(r.data_wait_s)},
       {"perf/per_device_tokens_per_sec", static_cast<float>(r.tokens_per_s_per_device)},
       {"perf/per_device_tflops_per_sec", static_cast<float>(r.tflops_per_s_per_device)},
       {"perf/mfu", static_cast<float>(r.mfu)},

@@ -55,6 +55,7 @@ class RunObserver {
 
  private:
   bool observed(int64_t step) const;
+  Status write_tensorboard(const StepRecord& r);
   Status write_profile();
 
   Options options_;
@@ -64,6 +65,7 @@ class RunObserver {
   bool trace_ = false, report_ = false, profile_written_ = false;
   int64_t first_step_ = 0, last_step_ = -1;  // observed steps [first, last]; last -1: to the end
   int64_t current_step_ = -1;
+  bool in_step_ = false;  // between step_begin and step_end
   std::string trace_path_;
 };
 

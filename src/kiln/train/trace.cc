@@ -182,7 +182,7 @@ void TraceRecorder::on_instruction(const ir::Instr& instr, int64_t begin_ns, int
     add(totals_.kinds[static_cast<int>(info.kind)]);
     if (!info.collective.empty()) add(totals_.collectives[info.collective]);
   }
-  if (info.kind == KernelKind::kGemm) {
+  if (info.kind == KernelKind::kGemm && !info.remat) {  // the shapes of the gemm row
     GemmShapeTotal& g = totals_.gemm_shapes[fmt::format("{} {}x{}x{}x{} {}{}", info.dtype, info.batch, info.m,
                                                         info.n, info.k, info.trans_a ? 'T' : 'N',
                                                         info.trans_b ? 'T' : 'N')];

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
+#include "kiln/base/progress.h"
 #include "kiln/train/data_source.h"
 #include "kiln/interp/interpreter.h"
 
@@ -295,8 +296,15 @@ Status Trainer::restore(const std::string& dir, bool full_state, const std::vect
   const config::Mesh one_device = checkpoint::single_device_mesh();
   std::vector<std::pair<int64_t, ir::Literal>> sets;
   std::set<std::string> used;
+  int64_t restore_bytes = 0;
+  for (int64_t i = 0; i < program_.num_params; ++i) {
+    restore_bytes += specs[i].shape.byte_size() +
+                     (full_state ? specs[i].shape.with_dtype(mu_dtype).byte_size() + specs[i].shape.byte_size() : 0);
+  }
+  Progress progress("restore checkpoint " + step_dir, restore_bytes, Progress::Unit::kBytes);
   auto take = [&](int64_t arg, const std::string& name, const ir::Shape& shape) -> Status {
     KILN_ASSIGN_OR_RETURN(std::string bytes, state.read_shard(name, shape, ir::Sharding{}, one_device, 0));
+    progress.advance(static_cast<int64_t>(bytes.size()));
     KILN_ASSIGN_OR_RETURN(ir::Literal value, checkpoint::literal_from_bytes(shape, bytes));
     sets.emplace_back(arg, std::move(value));
     used.insert(name);
@@ -427,7 +435,10 @@ Result<StepRecord> Trainer::run_step() {
     (void)extra_metrics_.flush();
     return loss_ok;
   }
-  if (eval_tokens_ && step_ % eval_interval_ == 0) KILN_RETURN_IF_ERROR(evaluate().status());
+  if (eval_tokens_ && step_ % eval_interval_ == 0) {
+    KILN_ASSIGN_OR_RETURN(double eval_loss, evaluate());
+    KILN_RETURN_IF_ERROR(observer_->eval(step_, eval_loss));
+  }
   return r;
 }
 
