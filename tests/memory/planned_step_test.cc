@@ -151,7 +151,8 @@ TEST(PlannedStep, PlannedPeakMatchesMeasuredResidentGrowth) {
   malloc_trim(0);
   if (!std::ofstream("/proc/self/clear_refs").write("5", 1)) GTEST_SKIP() << "cannot reset VmHWM";
   int64_t base = status_kib("VmRSS:");
-  ASSERT_EQ(status_kib("VmHWM:"), base);
+  // The reset took: the high-water mark is back at (about) the current size.
+  ASSERT_LE(status_kib("VmHWM:"), base + 1024) << "VmRSS " << base << " kB";
   auto out = (*exe)->run(args);
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   double measured = 1024.0 * static_cast<double>(status_kib("VmHWM:") - base);

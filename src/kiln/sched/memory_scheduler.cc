@@ -106,20 +106,54 @@ int64_t peak_live_bytes(const BufferModel& model, const Schedule& schedule) {
   return peak;
 }
 
+Schedule post_order_schedule(const ir::Computation& computation) {
+  Schedule order;
+  order.reserve(computation.instructions().size());
+  std::unordered_map<const Instr*, bool> done;
+  // Iterative depth-first search: (instruction, next operand to visit).
+  std::vector<std::pair<const Instr*, int>> stack = {{computation.root(), 0}};
+  while (!stack.empty()) {
+    auto& [instr, next] = stack.back();
+    if (next < instr->num_operands()) {
+      const Instr* o = instr->operand(next++);
+      if (!done.count(o)) {
+        done[o] = false;  // on the stack
+        stack.push_back({o, 0});
+      }
+      continue;
+    }
+    done[instr] = true;
+    order.push_back(instr);
+    stack.pop_back();
+  }
+  // Instructions the root does not reach (dead code) go last, in program order.
+  for (const auto& owned : computation.instructions()) {
+    if (!done.count(owned.get())) order.push_back(owned.get());
+  }
+  return order;
+}
+
 ScheduleChoice choose_schedule(const ir::Computation& computation, const BufferModel& model) {
   ScheduleChoice choice;
   Schedule in_order = program_order(computation);
   Schedule listed = list_schedule(computation, model);
+  Schedule post = post_order_schedule(computation);
   choice.program_order_peak = peak_live_bytes(model, in_order);
   choice.list_peak = peak_live_bytes(model, listed);
-  if (choice.list_peak < choice.program_order_peak) {
-    choice.schedule = std::move(listed);
-    choice.name = "list";
-    choice.peak_bytes = choice.list_peak;
-  } else {
+  choice.post_order_peak = peak_live_bytes(model, post);
+  // The lowest peak wins; ties prefer the list schedule, then program order.
+  choice.schedule = std::move(listed);
+  choice.name = "list";
+  choice.peak_bytes = choice.list_peak;
+  if (choice.program_order_peak < choice.peak_bytes) {
     choice.schedule = std::move(in_order);
     choice.name = "program_order";
     choice.peak_bytes = choice.program_order_peak;
+  }
+  if (choice.post_order_peak < choice.peak_bytes) {
+    choice.schedule = std::move(post);
+    choice.name = "post_order";
+    choice.peak_bytes = choice.post_order_peak;
   }
   return choice;
 }

@@ -531,7 +531,10 @@ Kernel attention_kernel(const Instr& instr) {
   Geometry g(instr, false);
   return [g](std::span<const Value* const> in, Value& output) {
     const auto& q = (*in[0])[0].shape();
-    Buffer out(q), lse(ir::Shape(DType::kF32, {g.B, g.H, g.T}));
+    // The planned storage when the executable gives it (every element is written below).
+    const bool planned = output.size() == 2;
+    Buffer out = planned ? output[0] : Buffer(q);
+    Buffer lse = planned ? output[1] : Buffer(ir::Shape(DType::kF32, {g.B, g.H, g.T}));
     if (g.Dh == 64) {
       forward<64>(g, in, out, lse);
     } else {
@@ -639,7 +642,11 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
 Kernel attention_grad_kernel(const Instr& instr) {
   Geometry g(instr, true);
   return [g](std::span<const Value* const> in, Value& output) {
-    Buffer dq((*in[0])[0].shape()), dk((*in[1])[0].shape()), dv((*in[2])[0].shape());
+    const bool planned = output.size() == (g.sinks >= 0 ? 4u : 3u);  // every element is written below
+    Buffer dq = planned ? output[0] : Buffer((*in[0])[0].shape());
+    Buffer dk = planned ? output[1] : Buffer((*in[1])[0].shape());
+    Buffer dv = planned ? output[2] : Buffer((*in[2])[0].shape());
+    Buffer ds_planned = planned && g.sinks >= 0 ? output[3] : Buffer();
     std::vector<float> partial(g.B * g.H, 0.0f);
     if (g.Dh == 64) {
       backward<64>(g, in, dq, dk, dv, partial);
@@ -648,7 +655,7 @@ Kernel attention_grad_kernel(const Instr& instr) {
     }
     output = {dq, dk, dv};
     if (g.sinks >= 0) {
-      Buffer ds((*in[g.sinks])[0].shape());
+      Buffer ds = planned ? ds_planned : Buffer((*in[g.sinks])[0].shape());
       for (int64_t h = 0; h < g.H; ++h) {
         float sum = 0;
         for (int64_t b = 0; b < g.B; ++b) sum += partial[b * g.H + h];

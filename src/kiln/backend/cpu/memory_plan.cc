@@ -118,9 +118,10 @@ int64_t kernel_scratch_bytes(const Instr& instr, bool fallback) {
       const auto& q = instr.operand(0)->shape().dims();
       const int64_t B = k[0], S = k[1], K = k[2], Dh = k[3], T = q[1];
       const int64_t packed = 4 * B * K * ((S + 63) / 64) * 64 * Dh;
-      if (instr.opcode() == ir::Opcode::kAttention) return 2 * packed + out_bytes;  // kt, vr; out and lse
-      // kt, vt, kr; per-thread dk and dv copies and row buffers; dq, dk, dv (and dsinks).
-      return 3 * packed + 2 * threads * 4 * B * S * K * Dh + threads * 4 * (3 * T * Dh + 2 * T) + out_bytes;
+      // (their outputs go straight into the planned storage)
+      if (instr.opcode() == ir::Opcode::kAttention) return 2 * packed;  // kt, vr
+      // kt, vt, kr; per-thread dk and dv copies and row buffers.
+      return 3 * packed + 2 * threads * 4 * B * S * K * Dh + threads * 4 * (3 * T * Dh + 2 * T);
     }
     case ir::Opcode::kDotGeneral:
     case ir::Opcode::kGroupedMatmul:
