@@ -3,7 +3,8 @@
 ici_fsdp_parallelism=2 ici_expert_parallelism=2 (4 devices over 2 ranks) gives the per-step
 losses of the one-device run (metrics.jsonl, 1e-4 relative: float32 sums in another order),
 rank 0 alone prints and writes, the checkpoint it saves (arg() gathers over both ranks) holds
-the global tensors, and collective_wait is reported. gpt-oss-tiny shrunk as in
+the global tensors, a resume under MPI continues from it, collective_wait is reported, and an
+error on rank 0 alone ends the whole job at once. gpt-oss-tiny shrunk as in
 sharded_training_test.cc.
 
   mpi_training_test.py --kiln build/kiln --mpirun "mpiexec --allow-run-as-root --oversubscribe -n 2"
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 MODEL = [
     "model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",
@@ -77,6 +79,19 @@ def main():
         assert "restored the full training state of step 4" in log, log
         resumed = [line for line in log.splitlines() if line.startswith("completed step:")]
         assert [line.split(",")[0] for line in resumed] == ["completed step: 4", "completed step: 5"], resumed
+        # An error on rank 0 alone (its output directory is a file; rank 1 writes nothing) ends
+        # the job at once (MpiWorld::abort_job), not after rank 1's collective timeout (120 s).
+        blocker = os.path.join(out, "a_file")
+        open(blocker, "w").close()
+        start = time.monotonic()
+        p = subprocess.run(shlex.split(args.mpirun) + [args.kiln, "train"] + MODEL + [
+            f"executor={args.executor}", f"base_output_directory={blocker}", "per_device_batch_size=1",
+            "local_devices=2", "ici_fsdp_parallelism=4", "enable_checkpointing=false", "run_name=bad"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+        took = time.monotonic() - start
+        assert p.returncode != 0, p.stdout
+        assert "kiln: error: rank 0: cannot create directory" in p.stdout, p.stdout
+        assert took < 60, f"the job took {took:.0f} s to end after rank 0 failed"
         print(f"ok: {len(one)} steps, losses {[round(r['loss'], 6) for r in mpi]} "
               f"(one device {[round(r['loss'], 6) for r in one]}), collective_wait "
               f"{[round(r['collective_wait_s'], 3) for r in mpi]} s")
