@@ -35,24 +35,34 @@ Result<ir::DType> parse_safetensors_dtype(const std::string& name) {
   return invalid_argument("safetensors dtype {} is not handled (F32, BF16, F64, I32, U32)", name);
 }
 
+namespace {
+
+// Converts every value with one cast, the dtype chosen once per tensor (not per element):
+// this runs while a training step waits for its checkpoint snapshot.
+template <typename T, typename F>
+void store_all(const std::vector<double>& v, char* out, F convert) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    T x = convert(v[i]);
+    std::memcpy(out + sizeof(T) * i, &x, sizeof(T));
+  }
+}
+
+}  // namespace
+
 std::string literal_bytes(const ir::Literal& literal) {
   const ir::DType dtype = literal.shape().dtype();
   const std::vector<double>& v = literal.values();
   std::string out(v.size() * static_cast<size_t>(ir::dtype_size(dtype)), '\0');
-  char* p = out.data();
-  for (size_t i = 0; i < v.size(); ++i) {  // x86-64 and aarch64 are little-endian, as the format wants
-    switch (dtype) {
-      case ir::DType::kF32: { float f = static_cast<float>(v[i]); std::memcpy(p + 4 * i, &f, 4); break; }
-      case ir::DType::kBF16: {
-        uint16_t b = ir::float_to_bf16_bits(static_cast<float>(v[i]));
-        std::memcpy(p + 2 * i, &b, 2);
-        break;
-      }
-      case ir::DType::kF64: std::memcpy(p + 8 * i, &v[i], 8); break;
-      case ir::DType::kS32: { int32_t x = static_cast<int32_t>(v[i]); std::memcpy(p + 4 * i, &x, 4); break; }
-      case ir::DType::kU32: { uint32_t x = static_cast<uint32_t>(v[i]); std::memcpy(p + 4 * i, &x, 4); break; }
-      case ir::DType::kPred: p[i] = v[i] != 0 ? 1 : 0; break;
-    }
+  char* p = out.data();  // x86-64 and aarch64 are little-endian, as the format wants
+  switch (dtype) {
+    case ir::DType::kF32: store_all<float>(v, p, [](double x) { return static_cast<float>(x); }); break;
+    case ir::DType::kBF16:
+      store_all<uint16_t>(v, p, [](double x) { return ir::float_to_bf16_bits(static_cast<float>(x)); });
+      break;
+    case ir::DType::kF64: store_all<double>(v, p, [](double x) { return x; }); break;
+    case ir::DType::kS32: store_all<int32_t>(v, p, [](double x) { return static_cast<int32_t>(x); }); break;
+    case ir::DType::kU32: store_all<uint32_t>(v, p, [](double x) { return static_cast<uint32_t>(x); }); break;
+    case ir::DType::kPred: store_all<char>(v, p, [](double x) { return static_cast<char>(x != 0 ? 1 : 0); }); break;
   }
   return out;
 }
