@@ -1,0 +1,62 @@
+// collective_wait: the step line and metrics.jsonl carry the time a step was blocked on
+// collectives when the mesh has several devices, and leave it out on one device (whose
+// lines stay MaxText's). The multi-process run is tested by mpi_training_run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kiln/base/check.h"
+#include "kiln/config/config.h"
+#include "kiln/models/model.h"
+#include "kiln/train/metrics.h"
+#include "kiln/train/trainer.h"
+
+namespace kiln::train {
+namespace {
+
+TEST(CollectiveWait, ConsoleAndJsonCarryItOnlyWithCollectives) {
+  StepRecord r;
+  r.loss = 4.5;
+  EXPECT_EQ(console_line(r).find("collective_wait"), std::string::npos);
+  EXPECT_EQ(json_line(r).find("collective_wait"), std::string::npos);
+  r.collective_wait_s = 0.0125;
+  r.expert_load = {3, 2, 0};
+  const std::string line = console_line(r);
+  EXPECT_NE(line.find("data_wait: 0.000, collective_wait: 0.013, expert_load"), std::string::npos) << line;
+  const std::string json = json_line(r);
+  EXPECT_NE(json.find("\"collective_wait_s\": 0.0125, \"expert_load\""), std::string::npos) << json;
+}
+
+// Two virtual devices (fsdp=2): every step reports a wait between 0 and its step time.
+TEST(CollectiveWait, ShardedStepsReportIt) {
+  std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / "kiln_collective_wait";
+  std::filesystem::remove_all(out);
+  config::LoadOptions lo;
+  lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",
+                  "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
+                  "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
+                  "max_target_length=8", "per_device_batch_size=1", "local_devices=2", "ici_fsdp_parallelism=2",
+                  "steps=2", "executor=interpreter", "enable_checkpointing=false", "enable_tensorboard=false",
+                  "run_name=wait", "base_output_directory=" + out.string()};
+  auto cfg = config::load(lo);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  auto model = models::make_model(*cfg);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  TrainerOptions options;
+  options.console = nullptr;
+  options.write_metrics_file = false;
+  auto trainer = Trainer::create(*cfg, std::move(*model), options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
+  ASSERT_TRUE((*trainer)->run().ok());
+  ASSERT_EQ((*trainer)->history().size(), 2u);
+  for (const StepRecord& r : (*trainer)->history()) {
+    EXPECT_GE(r.collective_wait_s, 0.0);
+    EXPECT_LE(r.collective_wait_s, r.step_time_s);
+  }
+  std::filesystem::remove_all(out);
+}
+
+}  // namespace
+}  // namespace kiln::train
