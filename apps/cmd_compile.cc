@@ -13,6 +13,7 @@
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "kiln/train/flops.h"
+#include "kiln/train/sharded_step_runner.h"
 #include "kiln/train/step_program.h"
 
 namespace kiln::app {
@@ -25,6 +26,17 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model, models::make_model(cfg));
   KILN_ASSIGN_OR_RETURN(train::StepProgramOptions step_options, train::StepProgramOptions::from_config(cfg));
   KILN_ASSIGN_OR_RETURN(train::StepProgram program, train::build_step_program(*model, step_options));
+  // On a mesh, what each device compiles and runs is the partitioned step.
+  nlohmann::ordered_json collectives = nlohmann::ordered_json::object();
+  nlohmann::ordered_json collective_bytes = nlohmann::ordered_json::object();
+  if (cfg.derived().num_devices > 1) {
+    KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, train::partition_step(cfg, program, model->params()));
+    for (const auto& [kind, stats] : partition.collectives) {
+      collectives[kind] = stats.count;
+      collective_bytes[kind] = stats.bytes;
+    }
+    program.module = std::move(partition.module);
+  }
   backend::CompileOptions options;
   options.dump_dir = dump_dir.empty() ? cfg.get_string("dump_ir") : dump_dir;
   options.verify_each = cfg.get_bool("verify_each");
@@ -69,7 +81,9 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   j["library_kernels"] = r.library_kernels;
   j["fallback_kernels"] = r.fallback_kernels;
   j["fallback_by_op"] = r.fallback_by_op;
-  j["collectives"] = nlohmann::ordered_json::object();  // no SPMD partitioner yet: one device program
+  j["mesh"] = spmd::Mesh::from_config(cfg.derived().mesh).to_string();
+  j["collectives"] = collectives;                 // kind -> count in the per-device program
+  j["collective_bytes_per_device"] = collective_bytes;  // kind -> bytes one device moves per step
   j["kernels_compiled"] = r.kernels_compiled;
   j["compile_seconds"] = r.compile_seconds;
   j["memory_per_device_bytes"] = {{"parameters", param_bytes},
@@ -106,7 +120,16 @@ void print_text(const nlohmann::ordered_json& j) {
     for (const auto& [op, n] : j["fallback_by_op"].items()) ops += fmt::format(" {} x{}", op, n.get<long long>());
     std::printf("  on the reference fallback:%s\n", ops.c_str());
   }
-  std::printf("  collectives: none (single-device program)\n");
+  if (j["collectives"].empty()) {
+    std::printf("  collectives: none (single-device program)\n");
+  } else {
+    std::string list;
+    for (const auto& [kind, n] : j["collectives"].items()) {
+      list += fmt::format(" {} x{} ({:.1f} MiB)", kind, n.get<long long>(),
+                          j["collective_bytes_per_device"][kind].get<double>() / (1 << 20));
+    }
+    std::printf("  collectives per device per step (mesh %s):%s\n", j["mesh"].get<std::string>().c_str(), list.c_str());
+  }
   std::printf("  compile: %.2f s, %lld kernel libraries built (0 = all cached)\n", j["compile_seconds"].get<double>(),
               j["kernels_compiled"].get<long long>());
   std::printf("  memory per device: %s total = parameters %s + optimizer state %s + activations %s + temporaries %s\n",

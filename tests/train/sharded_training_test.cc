@@ -1,7 +1,8 @@
 // Parallelism is a config value: the same GPT-OSS step partitioned over 4 virtual devices
-// with each mesh of the issue gives the single-device run's losses. The per-device
-// programs run on the reference interpreter (the oracle), so what is tested is the
-// partitioner and the collectives, not a kernel's rounding; the model is gpt-oss-tiny's
+// with each mesh of the issue gives the single-device run's losses for 20 steps. The
+// per-device programs run on the reference interpreter (the oracle), so what is tested is
+// the partitioner and the collectives, not a kernel's rounding (one compiled case checks
+// the native collective kernels); the model is gpt-oss-tiny's
 // layout shrunk so that every mesh axis divides its dimensions and the test stays short.
 #include <gtest/gtest.h>
 
@@ -18,9 +19,10 @@
 namespace kiln::train {
 namespace {
 
-constexpr int kSteps = 4;
+constexpr int kSteps = 20;  // as the issue asks: 20 steps
 
-std::vector<double> run_losses(const std::vector<std::string>& mesh, int64_t devices, const std::string& name) {
+std::vector<double> run_losses(const std::vector<std::string>& mesh, int64_t devices, const std::string& name,
+                               const std::string& executor = "interpreter", int steps = kSteps) {
   std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / ("kiln_sharded_" + name);
   std::filesystem::remove_all(out);
   config::LoadOptions lo;
@@ -28,8 +30,8 @@ std::vector<double> run_losses(const std::vector<std::string>& mesh, int64_t dev
                   "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
                   "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
                   "max_target_length=8", "per_device_batch_size=" + std::to_string(4 / devices),
-                  "local_devices=" + std::to_string(devices), "steps=" + std::to_string(kSteps),
-                  "learning_rate=1e-2", "executor=interpreter", "enable_checkpointing=false", "log_period=100",
+                  "local_devices=" + std::to_string(devices), "steps=" + std::to_string(steps),
+                  "learning_rate=1e-2", "reuse_example_batch=1", "executor=" + executor, "enable_checkpointing=false", "log_period=100",
                   "run_name=" + name, "base_output_directory=" + out.string()};
   if (devices == 1) lo.overrides.push_back("ici_fsdp_parallelism=1");
   lo.overrides.insert(lo.overrides.end(), mesh.begin(), mesh.end());
@@ -70,6 +72,16 @@ TEST_P(ShardedTraining, MatchesTheSingleDeviceRun) {
     EXPECT_NEAR(got[i], expected[i], 1e-4 * std::abs(expected[i])) << "step " << i;
   }
   EXPECT_LT(got.back(), got.front());  // and it learns
+}
+
+// The compiled per-device program: native collective kernels on buffers (f32 sums in rank
+// order) against the one-device compiled run.
+TEST(ShardedTrainingCompiled, TensorAndFsdpMatchTheSingleDeviceRun) {
+  std::vector<double> expected = run_losses({}, 1, "single_compiled", "compiled", 3);
+  std::vector<double> got =
+      run_losses({"ici_tensor_parallelism=2", "ici_fsdp_parallelism=2"}, 4, "tensor2fsdp2_compiled", "compiled", 3);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-4 * std::abs(expected[i])) << "step " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(

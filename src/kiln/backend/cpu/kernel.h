@@ -40,5 +40,6 @@ std::vector<NativeKernelEntry> reduction_kernels();
 std::vector<NativeKernelEntry> gemm_kernels();
 std::vector<NativeKernelEntry> attention_kernels();
 std::vector<NativeKernelEntry> grouped_matmul_kernels();
+std::vector<NativeKernelEntry> collective_kernels();
 
 }  // namespace kiln::backend::cpu
