@@ -47,7 +47,8 @@ std::string repeat(const std::string& s, int n) {
 }
 
 // The varied text set: scripts, digits, whitespace runs, contractions, emoji, code, special
-// tokens, empty text and very long words (which take the heap merge path).
+// tokens, empty text, very long words (which take the heap merge path) and seeded random
+// mixtures.
 std::vector<std::string> reference_texts() {
   std::vector<std::string> t = {
       "",
@@ -84,6 +85,19 @@ std::vector<std::string> reference_texts() {
   for (int i = 0; i < 3000; ++i) blob += b64[rng() % b64.size()];
   t.push_back(word);
   t.push_back(blob);
+  // Seeded random mixtures of the character classes the split patterns distinguish
+  // (letters of each case, marks, digits, spaces of several kinds, newlines, apostrophes,
+  // punctuation, CJK, emoji), where pattern differences would show.
+  const std::vector<std::string> pool = {
+      "a", "Z", "e", "Q", "'", "'s", "'LL", "'d", " ", " ", "  ", "\t", "\n", "\r\n", "\r", "7", "42", "1234",
+      "٣", "½", ".", ",", "!", "?", "/", "-", "_", "(", ")", "\"", "<|", "|>", "é", "ß", "Ω", "ж", "Ж",
+      "\u0301", "\u00a0", "\u2003", "\u3000", "中", "文", "の", "カ", "한", "😀", "👍🏽", "\u200d", "ǅ", "ʰ"};
+  for (int i = 0; i < 40; ++i) {
+    std::string mix;
+    int n = 5 + static_cast<int>(rng() % 120);
+    for (int k = 0; k < n; ++k) mix += pool[rng() % pool.size()];
+    t.push_back(mix);
+  }
   // A paragraph of English prose.
   t.push_back(
       "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "

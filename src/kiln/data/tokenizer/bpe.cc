@@ -25,7 +25,7 @@ uint64_t RankTable::hash_bytes(std::string_view bytes) {
     n -= 8;
   }
   uint64_t w = 0;
-  std::memcpy(&w, p, n);
+  if (n > 0) std::memcpy(&w, p, n);  // p may be null for empty bytes
   return mix64(h ^ w ^ (uint64_t{n} << 59));
 }
 
