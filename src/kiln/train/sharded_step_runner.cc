@@ -69,6 +69,9 @@ class ShardedRunner : public StepRunner {
   }
 
   double metric(StepMetric m) const override { return runners_[0]->metric(m); }
+  void set_observer(backend::InstructionObserver* observer) override {
+    for (auto& r : runners_) r->set_observer(observer);  // events carry their thread's device
+  }
   double collective_wait_s() const override { return collective_wait_s_; }
 
   ir::Literal arg(int64_t index) const override {

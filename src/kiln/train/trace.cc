@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln/ops/device_context.h"
 #include "kiln/ops/registry.h"
 
 namespace kiln::train {
@@ -164,10 +165,19 @@ void TraceRecorder::end_step(int64_t step, int64_t step_begin_ns, int64_t step_e
 
 void TraceRecorder::on_instruction(const ir::Instr& instr, int64_t begin_ns, int64_t end_ns) {
   if (!observing_) return;
+  // Virtual devices run their programs on their own threads, each under its device context.
+  const int64_t device = ops::current_device().device;
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = info_of_.emplace(&instr, static_cast<int32_t>(infos_.size()));
   if (inserted) infos_.push_back(describe_instruction(instr));
   const InstrInfo& info = infos_[it->second];
+  devices_.insert(device);
+  if (keep_events_) {
+    if (origin_ns_ < 0) origin_ns_ = begin_ns;
+    events_.push_back(Event{it->second, static_cast<int32_t>(device) + 1, thread_index(), begin_ns, end_ns, "", ""});
+  }
+  // The attribution splits one device's step: every device runs the same program, in step.
+  if (device != device_) return;
   const double s = 1e-9 * static_cast<double>(end_ns - begin_ns);
   auto add = [&](KindTotal& t) {
     t.seconds += s;
@@ -191,10 +201,6 @@ void TraceRecorder::on_instruction(const ir::Instr& instr, int64_t begin_ns, int
     ++g.count;
     g.seconds += s;
   }
-  if (keep_events_) {
-    if (origin_ns_ < 0) origin_ns_ = begin_ns;
-    events_.push_back(Event{it->second, device_ + 1, thread_index(), begin_ns, end_ns, "", ""});
-  }
 }
 
 void TraceRecorder::host_span(const std::string& name, const char* category, int64_t begin_ns, int64_t end_ns) {
@@ -214,8 +220,12 @@ Status TraceRecorder::write_json(const std::string& path) const {
   // Hand-streamed (not one big json object): a trace holds ~10^5 events.
   out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   out << fmt::format(R"({{"name": "process_name", "ph": "M", "pid": 0, "args": {{"name": "host"}}}})");
-  out << fmt::format(",\n{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": {}, \"args\": {{\"name\": \"device {}\"}}}}",
-                     device_ + 1, device_);
+  std::set<int64_t> devices = devices_;
+  devices.insert(device_);
+  for (int64_t d : devices) {
+    out << fmt::format(",\n{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": {}, \"args\": {{\"name\": \"device {}\"}}}}",
+                       d + 1, d);
+  }
   std::set<std::pair<int, int>> tracks;
   for (const Event& e : events_) tracks.insert({e.pid, e.tid});
   for (const auto& [pid, tid] : tracks) {

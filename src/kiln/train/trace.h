@@ -4,7 +4,9 @@
 //
 // Tracks: process "host" (pid 0) holds the trainer's own spans (step, data wait, metrics,
 // checkpoint stalls, eval), one thread track per OS thread; process "device N" (pid N+1)
-// holds every instruction the device's executable ran, one track per thread that ran it.
+// holds every instruction the device's executable ran, one track per thread that ran it
+// (the device comes from ops::current_device(), which the runtime sets on each virtual
+// device's thread). Totals (the attribution) count the instructions of `device` only.
 // Instruction events come through backend::InstructionObserver, so any instruction a backend
 // runs (kernels, GEMMs, collective start/done pairs) shows up without trace code per op.
 //
@@ -16,6 +18,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -114,6 +117,7 @@ class TraceRecorder : public backend::InstructionObserver {
   std::vector<InstrInfo> infos_;
   std::unordered_map<const ir::Instr*, int32_t> info_of_;
   std::unordered_map<std::thread::id, int> threads_;
+  std::set<int64_t> devices_;  // devices whose instructions were seen
   std::mutex mu_;  // threads_ and events_ (instructions may come from several threads)
   StepTotals totals_;
 };
