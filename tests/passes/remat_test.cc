@@ -125,7 +125,7 @@ ENTRY computation @main {
   EXPECT_THAT(reasons, ::testing::ElementsAre(
                            "%q (layers.0.self_attention.query_proj): saved: checkpoint name 'query_proj' is saved "
                            "by remat_policy=save_qkv_proj",
-                           "%y (layers.0.output): saved: an output of layers.0 (read by forward code outside it)"));
+                           "%y (layers.0.output): saved: an output of layers.0 (read by %z (layers.1.output) outside it)"));
 }
 
 TEST(Remat, TupleValuesAreRecomputedWithTheirElements) {
@@ -159,6 +159,41 @@ ENTRY computation @main {
   %get_tuple_element.2 = f32[4] get_tuple_element(%tuple.1), index=0, name="layers.0.self_attention.context.remat"
   %g = f32[4] mul(%get_tuple_element.2, %get_tuple_element.2), name="layers.0.output.grad"
   ROOT %t = (f32[], f32[4]) tuple(%loss, %g)
+}
+)",
+             true);
+}
+
+TEST(Remat, UnnamedInstructionsBelongToTheLayerOfTheirOperands) {
+  // %n has no name (a pass made it): it is part of layers.0, so it is recomputed too, and
+  // reading it does not make %h an output of the layer.
+  RematPass remat = make("full");
+  check_pass(remat, R"(module @m
+
+ENTRY computation @main {
+  %x = f32[4] parameter(), index=0, name="embed"
+  %w = f32[4] parameter(), index=1, name="layers.0.mlp.wi_0"
+  %h = f32[4] mul(%x, %w), name="layers.0.mlp.mlpwi_0"
+  %n = f32[4] neg(%h)
+  %y = f32[4] add(%x, %n), name="layers.0.output"
+  %loss = f32[] reduce_sum(%y), dims={0}, name="loss"
+  %dw = f32[4] mul(%n, %x), name="layers.0.mlp.mlpwi_0.grad"
+  ROOT %t = (f32[], f32[4]) tuple(%loss, %dw)
+}
+)",
+             R"(module @m
+
+ENTRY computation @main {
+  %x = f32[4] parameter(), index=0, name="embed"
+  %w = f32[4] parameter(), index=1, name="layers.0.mlp.wi_0"
+  %h = f32[4] mul(%x, %w), name="layers.0.mlp.mlpwi_0"
+  %n = f32[4] neg(%h)
+  %y = f32[4] add(%x, %n), name="layers.0.output"
+  %loss = f32[] reduce_sum(%y), dims={0}, name="loss"
+  %mul.0 = f32[4] mul(%x, %w), name="layers.0.mlp.mlpwi_0.remat"
+  %neg.1 = f32[4] neg(%mul.0), name="layers.0.remat"
+  %dw = f32[4] mul(%neg.1, %x), name="layers.0.mlp.mlpwi_0.grad"
+  ROOT %t = (f32[], f32[4]) tuple(%loss, %dw)
 }
 )",
              true);

@@ -104,11 +104,23 @@ Result<bool> RematPass::run(ir::Module& module) {
   }
   // The layer each forward value belongs to ("" for none). Earlier clones ("*.remat") belong
   // to no layer, so a second run finds nothing to do.
+  // Unnamed instructions (made by passes, not by the model) belong to the layer of their
+  // operands when those all come from one layer.
   std::unordered_map<const Instr*, std::string_view> layer;
   for (Instr* i : order) {
     if (backward.count(i) || ends_with(i->meta().name, ".remat")) continue;
     if (i->opcode() == Opcode::kParameter || i->opcode() == Opcode::kConstant) continue;
     std::string_view l = layer_prefix(i->meta().name);
+    if (i->meta().name.empty()) {
+      bool one_layer = true;
+      for (const Instr* o : i->operands()) {
+        auto it = layer.find(o);
+        if (it == layer.end()) continue;
+        if (!l.empty() && l != it->second) one_layer = false;
+        l = it->second;
+      }
+      if (!one_layer) l = {};
+    }
     if (!l.empty()) layer[i] = l;
   }
   auto layer_of = [&](const Instr* i) -> std::string_view {
@@ -123,7 +135,7 @@ Result<bool> RematPass::run(ir::Module& module) {
     if (l.empty()) continue;
     for (const Instr* u : i->users()) {
       if (!backward.count(u) && layer_of(u) != l) {
-        saved_reason[i] = fmt::format("saved: an output of {} (read by forward code outside it)", l);
+        saved_reason[i] = fmt::format("saved: an output of {} (read by {} outside it)", l, describe(u));
         break;
       }
     }
@@ -151,7 +163,7 @@ Result<bool> RematPass::run(ir::Module& module) {
       Instr* copy = comp.add(cur->opcode(), cur->shape(), std::move(operands), cur->attrs());
       copy->set_called(cur->called());
       copy->mutable_meta() = cur->meta();
-      copy->mutable_meta().name = cur->meta().name + ".remat";
+      copy->mutable_meta().name = (cur->meta().name.empty() ? std::string(layer_of(cur)) : cur->meta().name) + ".remat";
       clone_of[cur] = copy;
       stack.pop_back();
     }

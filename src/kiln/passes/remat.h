@@ -8,6 +8,8 @@
 //   - a forward value of layer N is one whose name is "layers.N" or starts with "layers.N."
 //     and that does not depend on any gradient (autodiff names gradient values "<name>.grad";
 //     everything computed from a gradient is backward code: accumulations, clipping, AdamW);
+//     an unnamed forward value (made by a pass) belongs to the layer of its operands when
+//     they all come from one layer;
 //   - saved: parameters and constants; values outside the decoder layers (embedding, logits,
 //     masks, RoPE tables: MaxText remats only the layers); a layer's outputs (forward values
 //     read by forward code outside the layer: the residual stream, i.e. the next layer's
