@@ -49,6 +49,7 @@ bench: build
 	@for b in $(BUILD_DIR)/bench/*_bench; do [ -x "$$b" ] && "$$b" || true; done
 	/usr/bin/python3 bench/step_vs_torch.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/step_bf16_vs_f32.py --kiln $(BUILD_DIR)/kiln
+	/usr/bin/python3 bench/sharded_vs_single.py --kiln $(BUILD_DIR)/kiln
 
 # bf16 mixed precision tracks float32: both loss curves of a 200-step gpt-oss-tiny run on
 # the fortunes corpus and their largest deviation; fails past the stated tolerance.

@@ -233,6 +233,22 @@ ENTRY computation @main {
              true);
 }
 
+// A device's shard of a constant, or a sum over devices, depends on which device runs it:
+// never folded at compile time (the compiler sees no device). One-device groups here, so
+// that the check can also evaluate the module.
+TEST(Simplify, LeavesDeviceDependentOpsOnConstantsAlone) {
+  SimplifyPass simplify;
+  const char* text = R"(module @m
+
+ENTRY computation @main {
+  %a = f32[4] constant({1, 2, 3, 4})
+  %s = f32[4] shard_slice(%a), dim=0, group_size=1, mesh_axes=fsdp
+  ROOT %r = f32[4] all_reduce(%s), group_size=1, mesh_axes=data
+}
+)";
+  check_pass(simplify, text, text, false);
+}
+
 TEST(Simplify, FoldsElementwiseOpsOnSplatsAtAnySize) {
   SimplifyPass simplify;
   check_pass(simplify, R"(module @m

@@ -219,6 +219,7 @@ void register_collective_ops(OpTable& table) {
     OpDef d;
     d.opcode = Opcode::kAllGather;
     d.min_operands = d.max_operands = 1;
+    d.device_dependent = true;
     d.attrs = split_attrs;
     d.infer = gather_rule;
     d.eval = eval_all_gather;
@@ -232,6 +233,7 @@ void register_collective_ops(OpTable& table) {
     OpDef d;
     d.opcode = Opcode::kReduceScatter;
     d.min_operands = d.max_operands = 1;
+    d.device_dependent = true;
     d.attrs = split_attrs;
     d.infer = [](const InferContext& c) { return split_rule(c, "reduce_scatter"); };
     d.eval = eval_reduce_scatter;
@@ -245,6 +247,7 @@ void register_collective_ops(OpTable& table) {
     OpDef d;
     d.opcode = Opcode::kAllReduce;
     d.min_operands = d.max_operands = 1;
+    d.device_dependent = true;
     d.attrs = {{"mesh_axes", AttrKind::kString}, {"group_size", AttrKind::kInt}};
     d.infer = all_reduce_rule;
     d.eval = eval_all_reduce;
@@ -258,6 +261,7 @@ void register_collective_ops(OpTable& table) {
     OpDef d;
     d.opcode = Opcode::kShardSlice;
     d.min_operands = d.max_operands = 1;
+    d.device_dependent = true;
     d.attrs = split_attrs;
     d.infer = [](const InferContext& c) { return split_rule(c, "shard_slice"); };
     d.eval = eval_shard_slice;

@@ -88,6 +88,9 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   bool elementwise = false;  // result element i depends only on operand elements i
   bool source = false;       // produces data without operands (parameter, constant, iota, rng)
+  // The result depends on the device that runs it (collectives, shard_slice): passes must
+  // never evaluate it at compile time (constant folding).
+  bool device_dependent = false;
 
   InferFn infer;
   EvalFn eval;

@@ -253,7 +253,7 @@ class Simplifier {
 
   Instr* fold_constant(Instr* instr) {
     const ops::OpDef& def = ops::op_def(instr->opcode());
-    if (def.source || instr->num_operands() == 0) return nullptr;
+    if (def.source || def.device_dependent || instr->num_operands() == 0) return nullptr;
     int64_t operand_elements = 0;
     for (const Instr* o : instr->operands()) {
       if (o->opcode() != Opcode::kConstant) return nullptr;

@@ -8,6 +8,7 @@
 #include "kiln/base/check.h"
 #include "kiln/ops/builder.h"
 #include "kiln/ops/registry.h"
+#include "kiln/passes/registry.h"
 
 namespace kiln::spmd {
 namespace {
@@ -73,6 +74,12 @@ class Partitioner {
       if (!p->shape().is_tuple()) result_.param_shardings[p->attrs().get_int("index")] = specs_.at(p).to_ir();
     }
     KILN_RETURN_IF_ERROR(ops::verify(*result_.module));
+    // Resharding inserts the same gather for every use of a value and slices of values that
+    // are replicated anyway; the usual cleanup merges and removes them, and the report
+    // counts what is left.
+    KILN_ASSIGN_OR_RETURN(passes::Pipeline cleanup, passes::pipeline_from_spec("fix(simplify,cse,dce)"));
+    KILN_RETURN_IF_ERROR(cleanup.run(*result_.module).status());
+    result_.collectives = count_collectives(*result_.module);
     return std::move(result_);
   }
 
@@ -85,24 +92,13 @@ class Partitioner {
     if (dim >= 0) a.set("dim", int64_t{dim});
     return a;
   }
-  void count(Opcode op, int64_t bytes) {
-    CollectiveStats& s = result_.collectives[std::string(ir::opcode_name(op))];
-    s.count += 1;
-    s.bytes += bytes;
-  }
   Instr* all_gather(Instr* x, int dim, const Axes& axes) {
-    Instr* y = b_->emit(Opcode::kAllGather, {x}, group_attrs(axes, dim));
-    count(Opcode::kAllGather, y->shape().byte_size());
-    return y;
+    return b_->emit(Opcode::kAllGather, {x}, group_attrs(axes, dim));
   }
   Instr* reduce_scatter(Instr* x, int dim, const Axes& axes) {
-    count(Opcode::kReduceScatter, x->shape().byte_size());
     return b_->emit(Opcode::kReduceScatter, {x}, group_attrs(axes, dim));
   }
-  Instr* all_reduce(Instr* x, const Axes& axes) {
-    count(Opcode::kAllReduce, x->shape().byte_size());
-    return b_->emit(Opcode::kAllReduce, {x}, group_attrs(axes, -1));
-  }
+  Instr* all_reduce(Instr* x, const Axes& axes) { return b_->emit(Opcode::kAllReduce, {x}, group_attrs(axes, -1)); }
   Instr* shard_slice(Instr* x, int dim, const Axes& axes) {
     return b_->emit(Opcode::kShardSlice, {x}, group_attrs(axes, dim));
   }
@@ -339,6 +335,23 @@ std::vector<int64_t> block_offset(const ir::Shape& global, const ir::Sharding& s
 }
 
 }  // namespace
+
+std::map<std::string, CollectiveStats> count_collectives(const ir::Module& module) {
+  std::map<std::string, CollectiveStats> stats;
+  for (const auto& instr : module.entry()->instructions()) {
+    int64_t bytes = 0;
+    switch (instr->opcode()) {
+      case Opcode::kAllGather: bytes = instr->shape().byte_size(); break;  // what arrives
+      case Opcode::kReduceScatter:
+      case Opcode::kAllReduce: bytes = instr->operand(0)->shape().byte_size(); break;  // what is summed
+      default: continue;
+    }
+    CollectiveStats& s = stats[std::string(ir::opcode_name(instr->opcode()))];
+    s.count += 1;
+    s.bytes += bytes;
+  }
+  return stats;
+}
 
 Result<PartitionResult> partition(const ir::Module& module, const PartitionOptions& options) {
   Partitioner p(module, options);

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Sharded step vs one device: the cost of partitioning on this machine.
+
+Trains the same model for a few steps (compiled CPU backend, synthetic reused batch, the
+same global batch) on one device and on N virtual devices with the given mesh, and prints
+the median step time of each (first step excluded: it warms caches) and their ratio, plus
+the collective time the run reports (`collective_wait` in the step log, when present).
+Virtual devices share the machine's cores (each gets cores / N threads), so on a 2-core
+machine the ideal ratio is 1.0: the same work split in two, run on half the cores each.
+
+Usage: /usr/bin/python3 bench/sharded_vs_single.py [--kiln build/kiln] [--model gpt-oss-tiny]
+       [--mesh "ici_fsdp_parallelism=2"] [--devices 2] [--steps 6]
+"""
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def run(kiln, model, extra, steps, out):
+    args = [kiln, "train", "model_name=" + model, "steps=%d" % steps, "reuse_example_batch=1", "log_period=1",
+            "enable_checkpointing=false", "dataset_type=synthetic", "base_output_directory=" + out,
+            "run_name=bench"] + extra
+    text = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    times = [float(m) for m in re.findall(r"completed step: \d+, seconds: ([0-9.]+)", text)]
+    waits = [float(m) for m in re.findall(r"collective_wait: ([0-9.]+)", text)]
+    losses = [float(m) for m in re.findall(r" loss: ([0-9.]+)", text)]
+    return times, waits, losses
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--kiln", default="build/kiln")
+    p.add_argument("--model", default="gpt-oss-tiny")
+    p.add_argument("--mesh", default="ici_fsdp_parallelism=2")
+    p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--batch", type=int, default=2, help="global batch (sequences)")
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, default=6)
+    a = p.parse_args()
+    common = ["override_model_config=true", "max_target_length=%d" % a.seq]
+    with tempfile.TemporaryDirectory() as out:
+        one, _, l1 = run(a.kiln, a.model, common + ["local_devices=1", "ici_fsdp_parallelism=1",
+                                                   "per_device_batch_size=%d" % a.batch], a.steps, out)
+        many, waits, ln = run(a.kiln, a.model, common + ["local_devices=%d" % a.devices,
+                                                        "per_device_batch_size=%g" % (a.batch / a.devices)]
+                              + a.mesh.split(), a.steps, out)
+    t1, tn = statistics.median(one[1:]), statistics.median(many[1:])
+    print("%-40s %10s" % ("run", "step (s)"))
+    print("%-40s %10.3f" % ("1 device", t1))
+    print("%-40s %10.3f" % ("%d devices, %s" % (a.devices, a.mesh), tn))
+    print("ratio sharded / single: %.2f (target <= 1.15 for fsdp=2 on 2 devices)" % (tn / t1))
+    if waits:
+        print("collective wait per step (median): %.3f s (%.0f%% of the step)" % (statistics.median(waits[1:]),
+                                                                                100 * statistics.median(waits[1:]) / tn))
+    print("first/last loss: 1 device %.4f -> %.4f, sharded %.4f -> %.4f" % (l1[0], l1[-1], ln[0], ln[-1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
