@@ -24,7 +24,6 @@ class ShardedRunner : public StepRunner {
       contexts_.push_back(ops::DeviceContext{mesh_, world_->first_device() + d, &world_->device(d)});
     }
     for (int64_t g = 0; g < mesh_.num_devices(); ++g) all_devices_.push_back(g);
-    name_ = fmt::format("{} on {} devices ({})", "?", mesh_.num_devices(), mesh_.to_string());
   }
 
   Status init_runners(const ShardedRunnerOptions& options, backend::CompileReport* report) {
