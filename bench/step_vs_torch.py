@@ -9,6 +9,7 @@ threads, f32. Prints step time, tokens/s, TFLOP/s (MaxText's formula, as Kiln lo
 MFU against hardware_peak_tflops for both, and the ratio.
 
 Usage: /usr/bin/python3 bench/step_vs_torch.py [--model gpt-oss-small] [--steps 6] [--kiln build/kiln]
+       [--kiln_args "remat_policy=none"]   (Kiln keeps activations like PyTorch; "" = base.yml)
 """
 import argparse
 import json
@@ -122,10 +123,10 @@ def torch_step_times(cfg, batch_size, seq_len, steps, threads):
     return times, losses
 
 
-def kiln_step_records(kiln, model, steps):
+def kiln_step_records(kiln, model, steps, extra):
     out_dir = tempfile.mkdtemp(prefix="kiln_bench_")
     subprocess.run([kiln, "train", "model_name=" + model, "steps=%d" % steps, "reuse_example_batch=1",
-                    "run_name=bench", "base_output_directory=" + out_dir, "learning_rate=1e-4"],
+                    "run_name=bench", "base_output_directory=" + out_dir, "learning_rate=1e-4"] + extra,
                    check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(out_dir, "bench", "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -137,13 +138,16 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--kiln", default="build/kiln")
     ap.add_argument("--threads", type=int, default=2)
+    # The PyTorch side keeps every activation (no checkpointing), so Kiln does the same work
+    # by default; pass --kiln_args "" to measure with base.yml's remat_policy (full).
+    ap.add_argument("--kiln_args", default="remat_policy=none", help="extra key=value pairs for kiln train")
     args = ap.parse_args()
     c = resolved_config(args.kiln, args.model)
     cfg = hf_config(c)
     batch_size, seq_len = int(float(c["per_device_batch_size"])), int(c["max_target_length"])
     peak = float(c["hardware_peak_tflops"])
 
-    records = kiln_step_records(args.kiln, args.model, args.steps)
+    records = kiln_step_records(args.kiln, args.model, args.steps, args.kiln_args.split())
     steady = records[2:] if len(records) > 3 else records[1:]
     kiln_time = statistics.median(r["step_time_s"] for r in steady)
     tflops_per_step = steady[0]["tflops_per_s_per_device"] * steady[0]["step_time_s"]
