@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
-#include "kiln/base/strings.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/ops/op_helpers.h"
 #include "kiln/runtime/collectives.h"
@@ -24,36 +23,6 @@ namespace kiln::ops {
 namespace {
 
 using Ints = std::vector<int64_t>;
-
-std::vector<std::string> axes_of(const Instr& instr) {
-  std::vector<std::string> axes;
-  for (const std::string& a : split(instr.attrs().get_string("mesh_axes"), ',')) {
-    if (!trim(a).empty()) axes.emplace_back(trim(a));
-  }
-  return axes;
-}
-
-// The group this thread's device belongs to for `instr`, checked against group_size.
-std::vector<int64_t> group_of(const Instr& instr) {
-  const DeviceContext& ctx = current_device();
-  std::vector<std::string> axes = axes_of(instr);
-  int64_t size = instr.attrs().get_int("group_size");
-  KILN_CHECK_EQ(ctx.mesh.size(axes), size) << instr.to_string() << ": group_size does not match the mesh "
-                                           << ctx.mesh.to_string();
-  std::vector<int64_t> group = ctx.mesh.group(ctx.device, axes);
-  if (group.size() > 1) KILN_CHECK(ctx.collectives != nullptr) << instr.to_string() << ": no collectives installed";
-  return group;
-}
-
-int64_t rank_of(const Instr& instr) {
-  const DeviceContext& ctx = current_device();
-  return ctx.mesh.shard_index(ctx.device, axes_of(instr));
-}
-
-void wait_or_die(std::unique_ptr<runtime::Pending> pending, const Instr& instr) {
-  Status s = pending->wait();
-  KILN_CHECK(s.ok()) << instr.to_string() << ": " << s.message();
-}
 
 // [outer, n, inner] blocks around dimension `dim` of `dims`.
 struct Blocks {
@@ -107,11 +76,11 @@ Result<Shape> all_reduce_rule(const InferContext& c) {
 
 ir::Literal eval_all_gather(const Instr& instr, std::span<const ir::Literal* const> args) {
   const ir::Literal& x = *args[0];
-  std::vector<int64_t> group = group_of(instr);
+  std::vector<int64_t> group = collective_group(instr).members;
   if (group.size() == 1) return ir::Literal(instr.shape(), x.values());
   size_t n = x.values().size();
   std::vector<double> gathered(n * group.size());
-  wait_or_die(current_device().collectives->all_gather(group, x.values().data(), n * sizeof(double), gathered.data()),
+  wait_for(current_device().collectives->all_gather(group, x.values().data(), n * sizeof(double), gathered.data()),
               instr);
   // gathered is [rank][outer, n, inner]; the result is [outer, rank * n, inner].
   Blocks b = blocks(x.shape().dims(), instr.attrs().get_int("dim"));
@@ -144,12 +113,12 @@ std::vector<double> pack_chunks(const ir::Literal& x, int64_t dim, int64_t g) {
 
 ir::Literal eval_reduce_scatter(const Instr& instr, std::span<const ir::Literal* const> args) {
   const ir::Literal& x = *args[0];
-  std::vector<int64_t> group = group_of(instr);
+  std::vector<int64_t> group = collective_group(instr).members;
   if (group.size() == 1) return ir::Literal(instr.shape(), x.values());
   std::vector<double> packed = pack_chunks(x, instr.attrs().get_int("dim"), static_cast<int64_t>(group.size()));
   size_t count = packed.size() / group.size();
   std::vector<double> out(count);
-  wait_or_die(current_device().collectives->reduce_scatter(group, packed.data(), out.data(), count,
+  wait_for(current_device().collectives->reduce_scatter(group, packed.data(), out.data(), count,
                                                            runtime::ReduceDType::kF64),
               instr);
   return ir::Literal(instr.shape(), std::move(out));
@@ -157,10 +126,10 @@ ir::Literal eval_reduce_scatter(const Instr& instr, std::span<const ir::Literal*
 
 ir::Literal eval_all_reduce(const Instr& instr, std::span<const ir::Literal* const> args) {
   const ir::Literal& x = *args[0];
-  std::vector<int64_t> group = group_of(instr);
+  std::vector<int64_t> group = collective_group(instr).members;
   if (group.size() == 1) return ir::Literal(instr.shape(), x.values());
   std::vector<double> out(x.values().size());
-  wait_or_die(current_device().collectives->all_reduce(group, x.values().data(), out.data(), out.size(),
+  wait_for(current_device().collectives->all_reduce(group, x.values().data(), out.data(), out.size(),
                                                        runtime::ReduceDType::kF64),
               instr);
   return ir::Literal(instr.shape(), std::move(out));
@@ -169,8 +138,7 @@ ir::Literal eval_all_reduce(const Instr& instr, std::span<const ir::Literal* con
 ir::Literal eval_shard_slice(const Instr& instr, std::span<const ir::Literal* const> args) {
   const ir::Literal& x = *args[0];
   int64_t g = instr.attrs().get_int("group_size");
-  group_of(instr);  // checks group_size against the mesh
-  int64_t r = rank_of(instr);
+  int64_t r = collective_group(instr).rank;
   std::vector<double> packed = pack_chunks(x, instr.attrs().get_int("dim"), g);
   size_t count = packed.size() / g;
   return ir::Literal(instr.shape(), std::vector<double>(packed.begin() + r * count, packed.begin() + (r + 1) * count));

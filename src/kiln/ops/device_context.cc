@@ -1,5 +1,9 @@
 #include "kiln/ops/device_context.h"
 
+#include "kiln/base/check.h"
+#include "kiln/base/strings.h"
+#include "kiln/runtime/collectives.h"
+
 namespace kiln::ops {
 namespace {
 
@@ -13,6 +17,24 @@ thread_local const DeviceContext* tls_context = nullptr;
 }  // namespace
 
 const DeviceContext& current_device() { return tls_context ? *tls_context : single_device(); }
+
+CollectiveGroup collective_group(const ir::Instr& instr) {
+  const DeviceContext& ctx = current_device();
+  std::vector<std::string> axes;
+  for (const std::string& a : split(instr.attrs().get_string("mesh_axes"), ',')) {
+    if (!trim(a).empty()) axes.emplace_back(trim(a));
+  }
+  CollectiveGroup g{ctx.mesh.group(ctx.device, axes), ctx.mesh.shard_index(ctx.device, axes)};
+  KILN_CHECK_EQ(static_cast<int64_t>(g.members.size()), instr.attrs().get_int("group_size"))
+      << instr.to_string() << ": group_size does not match the mesh " << ctx.mesh.to_string();
+  if (g.members.size() > 1) KILN_CHECK(ctx.collectives != nullptr) << instr.to_string() << ": no collectives installed";
+  return g;
+}
+
+void wait_for(std::unique_ptr<runtime::Pending> pending, const ir::Instr& instr) {
+  Status s = pending->wait();
+  KILN_CHECK(s.ok()) << instr.to_string() << ": " << s.message();
+}
 
 ScopedDeviceContext::ScopedDeviceContext(const DeviceContext* context) : previous_(tls_context) {
   tls_context = context;

@@ -6,11 +6,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "kiln/ir/instr.h"
 #include "kiln/spmd/mesh.h"
 
 namespace kiln::runtime {
 class Collectives;
+class Pending;
 }
 
 namespace kiln::ops {
@@ -23,6 +28,19 @@ struct DeviceContext {
 
 // This thread's device (a one-device default when none is installed).
 const DeviceContext& current_device();
+
+// The group a collective or shard_slice instruction runs over on this thread's device:
+// the devices named by its `mesh_axes` attribute, in rank order, and this device's rank.
+// Checks group_size against the mesh, and that collectives are installed when the group has
+// other members (both are compiler invariants, not user input).
+struct CollectiveGroup {
+  std::vector<int64_t> members;
+  int64_t rank = 0;
+};
+CollectiveGroup collective_group(const ir::Instr& instr);
+// Waits for a collective `instr` started; a timeout or a dead peer aborts with the message
+// (kernels have no error channel; the runtime has already failed the other devices' waits).
+void wait_for(std::unique_ptr<runtime::Pending> pending, const ir::Instr& instr);
 
 class ScopedDeviceContext {
  public:

@@ -187,29 +187,8 @@ class Partitioner {
       default:
         break;
     }
-    if (!instr.shape().is_tuple() && passthrough_has_rule(instr)) return lower_passthrough(instr);
+    if (has_passthrough(instr)) return lower_passthrough(instr);
     return lower_replicated(instr);
-  }
-
-  bool passthrough_has_rule(const Instr& instr) const {
-    std::vector<std::vector<int>> m = passthrough_map(instr);
-    if (ops::op_def(instr.opcode()).elementwise) return true;
-    switch (instr.opcode()) {
-      case Opcode::kBroadcast:
-      case Opcode::kTranspose:
-      case Opcode::kReshape:
-      case Opcode::kReduceSum:
-      case Opcode::kReduceMax:
-      case Opcode::kReduceMin:
-      case Opcode::kSlice:
-      case Opcode::kPad:
-      case Opcode::kConcatenate:
-      case Opcode::kGather:
-      case Opcode::kDotGeneral:
-        return true;
-      default:
-        return false;
-    }
   }
 
   // Every operand gathered, the op computed on whole values.

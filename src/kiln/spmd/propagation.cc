@@ -11,26 +11,6 @@ namespace {
 using ir::Instr;
 using ir::Opcode;
 
-bool has_passthrough(const Instr& instr) {
-  if (instr.shape().is_tuple()) return false;
-  if (ops::op_def(instr.opcode()).elementwise) return true;
-  switch (instr.opcode()) {
-    case Opcode::kBroadcast:
-    case Opcode::kTranspose:
-    case Opcode::kReshape:
-    case Opcode::kReduceSum:
-    case Opcode::kReduceMax:
-    case Opcode::kReduceMin:
-    case Opcode::kSlice:
-    case Opcode::kPad:
-    case Opcode::kConcatenate:
-    case Opcode::kGather:
-    case Opcode::kDotGeneral:
-      return true;
-    default:
-      return false;
-  }
-}
 
 // Reshape: the dims split into consecutive groups with equal element counts; a group's
 // outermost operand dim and outermost result dim share their split when the group's other
@@ -59,6 +39,27 @@ std::vector<int> reshape_map(const Instr& instr) {
 }
 
 }  // namespace
+
+bool has_passthrough(const Instr& instr) {
+  if (instr.shape().is_tuple()) return false;
+  if (ops::op_def(instr.opcode()).elementwise) return true;
+  switch (instr.opcode()) {
+    case Opcode::kBroadcast:
+    case Opcode::kTranspose:
+    case Opcode::kReshape:
+    case Opcode::kReduceSum:
+    case Opcode::kReduceMax:
+    case Opcode::kReduceMin:
+    case Opcode::kSlice:
+    case Opcode::kPad:
+    case Opcode::kConcatenate:
+    case Opcode::kGather:
+    case Opcode::kDotGeneral:
+      return true;
+    default:
+      return false;
+  }
+}
 
 std::vector<std::vector<int>> passthrough_map(const Instr& instr) {
   std::vector<std::vector<int>> none;

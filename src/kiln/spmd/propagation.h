@@ -29,6 +29,9 @@ struct PropagationSeeds {
   std::vector<std::optional<ir::Sharding>> outputs;  // by root tuple element
 };
 
+// Whether the op has a per-dimension rule (the list above); the others run replicated.
+bool has_passthrough(const ir::Instr& instr);
+
 // For each operand, for each of its dimensions, the result dimension whose split it shares
 // (-1: none). Only dimensions the op treats independently (equal sizes, element i of the
 // result along it reads element i of the operand) are mapped.

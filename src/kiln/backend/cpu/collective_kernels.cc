@@ -13,7 +13,6 @@
 
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/base/check.h"
-#include "kiln/base/strings.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/runtime/collectives.h"
 
@@ -36,34 +35,6 @@ Layout layout_of(const ir::Shape& shape, int64_t dim) {
     else l.inner_bytes *= shape.dim(static_cast<int>(i));
   }
   return l;
-}
-
-std::vector<std::string> axes_of(const Instr& instr) {
-  std::vector<std::string> axes;
-  for (const std::string& a : split(instr.attrs().get_string("mesh_axes"), ',')) {
-    if (!trim(a).empty()) axes.emplace_back(trim(a));
-  }
-  return axes;
-}
-
-struct Group {
-  std::vector<int64_t> members;
-  int64_t rank = 0;
-};
-
-Group group_of(const Instr& instr) {
-  const ops::DeviceContext& ctx = ops::current_device();
-  std::vector<std::string> axes = axes_of(instr);
-  Group g{ctx.mesh.group(ctx.device, axes), ctx.mesh.shard_index(ctx.device, axes)};
-  KILN_CHECK_EQ(static_cast<int64_t>(g.members.size()), instr.attrs().get_int("group_size"))
-      << instr.to_string() << ": group_size does not match the mesh " << ctx.mesh.to_string();
-  if (g.members.size() > 1) KILN_CHECK(ctx.collectives != nullptr) << instr.to_string() << ": no collectives installed";
-  return g;
-}
-
-void wait_or_die(std::unique_ptr<runtime::Pending> pending, const Instr& instr) {
-  Status s = pending->wait();
-  KILN_CHECK(s.ok()) << instr.to_string() << ": " << s.message();
 }
 
 runtime::ReduceDType reduce_dtype(DType dtype) {
@@ -96,7 +67,7 @@ Kernel all_gather_kernel(const Instr& instr) {
   return [&instr](std::span<const Value* const> in, Value& out) {
     const Buffer& x = (*in[0])[0];
     Buffer& y = out[0];
-    Group g = group_of(instr);
+    ops::CollectiveGroup g = ops::collective_group(instr);
     const int64_t size = static_cast<int64_t>(g.members.size());
     const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
     if (size == 1) {
@@ -105,11 +76,11 @@ Kernel all_gather_kernel(const Instr& instr) {
     }
     const ops::DeviceContext& ctx = ops::current_device();
     if (l.outer == 1) {  // rank-major is already the result's layout
-      wait_or_die(ctx.collectives->all_gather(g.members, x.data(), x.byte_size(), y.data()), instr);
+      ops::wait_for(ctx.collectives->all_gather(g.members, x.data(), x.byte_size(), y.data()), instr);
       return;
     }
     std::vector<std::byte> staged(x.byte_size() * size);
-    wait_or_die(ctx.collectives->all_gather(g.members, x.data(), x.byte_size(), staged.data()), instr);
+    ops::wait_for(ctx.collectives->all_gather(g.members, x.data(), x.byte_size(), staged.data()), instr);
     // staged [rank][outer, n, inner] -> y [outer, rank * n, inner]
     const int64_t block = l.n * l.inner_bytes;
     auto* dst = static_cast<std::byte*>(y.data());
@@ -125,7 +96,7 @@ Kernel reduce_scatter_kernel(const Instr& instr) {
   return [&instr](std::span<const Value* const> in, Value& out) {
     const Buffer& x = (*in[0])[0];
     Buffer& y = out[0];
-    Group g = group_of(instr);
+    ops::CollectiveGroup g = ops::collective_group(instr);
     const int64_t size = static_cast<int64_t>(g.members.size());
     if (size == 1) {
       std::memcpy(y.data(), x.data(), x.byte_size());
@@ -139,7 +110,7 @@ Kernel reduce_scatter_kernel(const Instr& instr) {
       pack(static_cast<const std::byte*>(x.data()), staged.data(), l, size);
       source = staged.data();
     }
-    wait_or_die(ops::current_device().collectives->reduce_scatter(g.members, source, y.data(), y.num_elements(),
+    ops::wait_for(ops::current_device().collectives->reduce_scatter(g.members, source, y.data(), y.num_elements(),
                                                                     reduce_dtype(x.shape().dtype())),
                 instr);
   };
@@ -149,12 +120,12 @@ Kernel all_reduce_kernel(const Instr& instr) {
   return [&instr](std::span<const Value* const> in, Value& out) {
     const Buffer& x = (*in[0])[0];
     Buffer& y = out[0];
-    Group g = group_of(instr);
+    ops::CollectiveGroup g = ops::collective_group(instr);
     if (g.members.size() == 1) {
       std::memcpy(y.data(), x.data(), x.byte_size());
       return;
     }
-    wait_or_die(ops::current_device().collectives->all_reduce(g.members, x.data(), y.data(), x.num_elements(),
+    ops::wait_for(ops::current_device().collectives->all_reduce(g.members, x.data(), y.data(), x.num_elements(),
                                                                 reduce_dtype(x.shape().dtype())),
                 instr);
   };
@@ -164,7 +135,7 @@ Kernel shard_slice_kernel(const Instr& instr) {
   return [&instr](std::span<const Value* const> in, Value& out) {
     const Buffer& x = (*in[0])[0];
     Buffer& y = out[0];
-    Group g = group_of(instr);
+    ops::CollectiveGroup g = ops::collective_group(instr);
     const int64_t size = instr.attrs().get_int("group_size");
     const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
     const int64_t chunk = l.n / size * l.inner_bytes;
