@@ -183,60 +183,39 @@ OpExample example(std::string_view op, std::string_view x, std::string_view resu
 void register_collective_ops(OpTable& table) {
   const std::vector<AttrSpec> split_attrs = {{"dim", AttrKind::kInt}, {"mesh_axes", AttrKind::kString},
                                              {"group_size", AttrKind::kInt}};
-  {
+  const std::vector<AttrSpec> group_attrs = {{"mesh_axes", AttrKind::kString}, {"group_size", AttrKind::kInt}};
+  struct Spec {
+    Opcode opcode;
+    const std::vector<AttrSpec>& attrs;
+    InferFn infer;
+    EvalFn eval;
+    VjpFn vjp;
+    OpExample example;
+  };
+  const Spec specs[] = {
+      {Opcode::kAllGather, split_attrs, gather_rule, eval_all_gather, vjp_all_gather,
+       example("all_gather", "f32[2,3]", "f32[2,3]", "dim=1, mesh_axes=fsdp, group_size=1")},
+      {Opcode::kReduceScatter, split_attrs, [](const InferContext& c) { return split_rule(c, "reduce_scatter"); },
+       eval_reduce_scatter, vjp_to_gather,
+       example("reduce_scatter", "f32[4,2]", "f32[4,2]", "dim=0, mesh_axes=data, group_size=1")},
+      {Opcode::kAllReduce, group_attrs, all_reduce_rule, eval_all_reduce, vjp_all_reduce,
+       example("all_reduce", "f32[3]", "f32[3]", "mesh_axes=\"fsdp,expert\", group_size=1")},
+      {Opcode::kShardSlice, split_attrs, [](const InferContext& c) { return split_rule(c, "shard_slice"); },
+       eval_shard_slice, vjp_to_gather,
+       example("shard_slice", "f32[2,4]", "f32[2,4]", "dim=1, mesh_axes=tensor, group_size=1")},
+  };
+  for (const Spec& s : specs) {
     OpDef d;
-    d.opcode = Opcode::kAllGather;
+    d.opcode = s.opcode;
     d.min_operands = d.max_operands = 1;
     d.device_dependent = true;
-    d.attrs = split_attrs;
-    d.infer = gather_rule;
-    d.eval = eval_all_gather;
-    d.vjp = vjp_all_gather;
+    d.attrs = s.attrs;
+    d.infer = s.infer;
+    d.eval = s.eval;
+    d.vjp = s.vjp;
     d.dim_map = dim_preserving_map;
     d.cost = collective_cost;
-    d.examples = {example("all_gather", "f32[2,3]", "f32[2,3]", "dim=1, mesh_axes=fsdp, group_size=1")};
-    table.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.opcode = Opcode::kReduceScatter;
-    d.min_operands = d.max_operands = 1;
-    d.device_dependent = true;
-    d.attrs = split_attrs;
-    d.infer = [](const InferContext& c) { return split_rule(c, "reduce_scatter"); };
-    d.eval = eval_reduce_scatter;
-    d.vjp = vjp_to_gather;
-    d.dim_map = dim_preserving_map;
-    d.cost = collective_cost;
-    d.examples = {example("reduce_scatter", "f32[4,2]", "f32[4,2]", "dim=0, mesh_axes=data, group_size=1")};
-    table.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.opcode = Opcode::kAllReduce;
-    d.min_operands = d.max_operands = 1;
-    d.device_dependent = true;
-    d.attrs = {{"mesh_axes", AttrKind::kString}, {"group_size", AttrKind::kInt}};
-    d.infer = all_reduce_rule;
-    d.eval = eval_all_reduce;
-    d.vjp = vjp_all_reduce;
-    d.dim_map = dim_preserving_map;
-    d.cost = collective_cost;
-    d.examples = {example("all_reduce", "f32[3]", "f32[3]", "mesh_axes=\"fsdp,expert\", group_size=1")};
-    table.add(std::move(d));
-  }
-  {
-    OpDef d;
-    d.opcode = Opcode::kShardSlice;
-    d.min_operands = d.max_operands = 1;
-    d.device_dependent = true;
-    d.attrs = split_attrs;
-    d.infer = [](const InferContext& c) { return split_rule(c, "shard_slice"); };
-    d.eval = eval_shard_slice;
-    d.vjp = vjp_to_gather;
-    d.dim_map = dim_preserving_map;
-    d.cost = collective_cost;
-    d.examples = {example("shard_slice", "f32[2,4]", "f32[2,4]", "dim=1, mesh_axes=tensor, group_size=1")};
+    d.examples = {s.example};
     table.add(std::move(d));
   }
 }
