@@ -9,6 +9,7 @@
 #include "kiln/ops/builder.h"
 #include "kiln/ops/registry.h"
 #include "kiln/passes/registry.h"
+#include "kiln/spmd/batch_tuple_ops.h"
 
 namespace kiln::spmd {
 namespace {
@@ -180,12 +181,27 @@ class Partitioner {
         }
         return Local{b_->emit(Opcode::kTuple, elements, instr.attrs()), {}};
       }
-      case Opcode::kGetTupleElement:
+      case Opcode::kGetTupleElement: {
+        if (std::optional<BatchTupleRule> rule = batch_tuple_rule(*instr.operand(0))) {
+          const Local& t = value_of(instr.operand(0));
+          if (!t.spec.dims.empty() && !t.spec.dims[0].empty()) {
+            // An element of a batch-split op: its local shape, its rows or its partial sums.
+            Instr* e = b_->emit(Opcode::kGetTupleElement, {t.value}, instr.attrs());
+            return Local{e, batch_tuple_element(*rule, in_mesh_order(t.spec.dims[0]),
+                                                static_cast<int>(instr.attrs().get_int("index")),
+                                                instr.shape().rank(), true)};
+          }
+        }
         return Local{b_->emit(Opcode::kGetTupleElement, {value_of(instr.operand(0)).value}, instr.attrs(),
                               instr.shape()),
                      Spec::replicated(instr.shape().rank())};
+      }
       default:
         break;
+    }
+    if (std::optional<BatchTupleRule> rule = batch_tuple_rule(instr)) {
+      auto it = specs_.find(&instr);
+      if (it != specs_.end() && !it->second.dims[0].empty()) return lower_batch_tuple(instr, *rule, it->second.dims[0]);
     }
     if (has_passthrough(instr)) return lower_passthrough(instr);
     return lower_replicated(instr);
@@ -201,6 +217,18 @@ class Partitioner {
     Instr* y = b_->emit(instr.opcode(), operands, instr.attrs(), instr.shape());
     y->set_called(instr.called());
     return Local{y, instr.shape().is_tuple() ? Spec{} : Spec::replicated(instr.shape().rank())};
+  }
+
+  // Each device runs the op on its rows of the batch (batch_tuple_ops.h).
+  Result<Local> lower_batch_tuple(const Instr& instr, const BatchTupleRule& rule, const Axes& batch) {
+    std::vector<Instr*> operands;
+    for (int i = 0; i < instr.num_operands(); ++i) {
+      Spec want = Spec::replicated(instr.operand(i)->shape().rank());
+      if (rule.operand_batch[i]) want.dims[0] = batch;
+      operands.push_back(reshard(value_of(instr.operand(i)), want));
+    }
+    KILN_ASSIGN_OR_RETURN(Instr * y, b_->try_emit(instr.opcode(), operands, instr.attrs()));
+    return Local{y, batch_tuple_decision(batch)};
   }
 
   Result<Local> lower_passthrough(const Instr& instr) {

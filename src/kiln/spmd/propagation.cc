@@ -4,6 +4,7 @@
 
 #include "kiln/base/check.h"
 #include "kiln/ops/registry.h"
+#include "kiln/spmd/batch_tuple_ops.h"
 
 namespace kiln::spmd {
 namespace {
@@ -105,6 +106,14 @@ class Propagator {
   // The result split implied by the operands (nullopt: undecided).
   std::optional<Spec> forward(const Instr& instr) {
     int rank = instr.shape().rank();
+    if (instr.opcode() == Opcode::kGetTupleElement) {
+      if (std::optional<BatchTupleRule> rule = batch_tuple_rule(*instr.operand(0))) {
+        auto it = specs.find(instr.operand(0));
+        if (it == specs.end()) return std::nullopt;
+        return batch_tuple_element(*rule, it->second.dims[0], static_cast<int>(instr.attrs().get_int("index")), rank,
+                                   false);
+      }
+    }
     if (!has_passthrough(instr)) {
       for (const Instr* o : instr.operands()) {
         if (!o->shape().is_tuple() && !specs.count(o)) return std::nullopt;
@@ -158,8 +167,44 @@ class Propagator {
     return false;
   }
 
+  // A batch-parallel tuple op (batch_tuple_ops.h) keeps the batch split of its batch
+  // operands: the first split one whose axes divide every batch dimension decides.
+  std::optional<Spec> forward_batch_tuple(const Instr& instr, const BatchTupleRule& rule) {
+    bool all_known = true;
+    for (int i = 0; i < instr.num_operands(); ++i) {
+      if (!rule.operand_batch[i]) continue;
+      auto it = specs.find(instr.operand(i));
+      if (it == specs.end()) {
+        all_known = false;
+        continue;
+      }
+      const Axes& axes = it->second.dims[0];
+      if (!axes.empty() && batch_divides(instr, rule, axes)) return batch_tuple_decision(axes);
+    }
+    if (!all_known) return std::nullopt;
+    return batch_tuple_decision({});
+  }
+
+  bool batch_divides(const Instr& instr, const BatchTupleRule& rule, const Axes& axes) const {
+    const int64_t n = mesh_.size(axes);
+    for (int i = 0; i < instr.num_operands(); ++i) {
+      if (rule.operand_batch[i] && instr.operand(i)->shape().dim(0) % n != 0) return false;
+    }
+    for (size_t e = 0; e < rule.element_batch.size(); ++e) {
+      if (rule.element_batch[e] && instr.shape().elements()[e].dim(0) % n != 0) return false;
+    }
+    return true;
+  }
+
   // What `user` asks of its operand number `i`, given the user's spec.
   std::optional<Spec> request(const Instr& user, int i) {
+    if (std::optional<BatchTupleRule> rule = batch_tuple_rule(user)) {
+      auto t = specs.find(&user);
+      if (t == specs.end() || !rule->operand_batch[i] || t->second.dims[0].empty()) return std::nullopt;
+      Spec s = Spec::replicated(user.operand(i)->shape().rank());
+      s.dims[0] = t->second.dims[0];
+      return s;
+    }
     auto it = specs.find(&user);
     if (it == specs.end() || !has_passthrough(user)) return std::nullopt;
     const Instr* operand = user.operand(i);
@@ -181,7 +226,16 @@ class Propagator {
     bool changed = false;
     for (const auto& owned : entry_.instructions()) {
       const Instr* instr = owned.get();
-      if (instr->shape().is_tuple() || specs.count(instr)) continue;
+      if (specs.count(instr)) continue;
+      if (instr->shape().is_tuple()) {
+        std::optional<BatchTupleRule> rule = batch_tuple_rule(*instr);
+        std::optional<Spec> s = rule ? forward_batch_tuple(*instr, *rule) : std::nullopt;
+        if (s) {
+          specs[instr] = *s;
+          changed = true;
+        }
+        continue;
+      }
       if (std::optional<Spec> s = forward(*instr)) {
         specs[instr] = *s;
         changed = true;
