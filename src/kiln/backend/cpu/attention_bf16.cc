@@ -1,0 +1,420 @@
+// Flash attention on bf16 dot products (see attention_bf16.h). The loop structure is the
+// f32 kernels' (attention_kernels.cc): forward tasks of (batch, query head, 64 queries),
+// backward tasks of (batch, query head) over (key block, query block) tiles; what changes is
+// how the five tile products are computed. `vdpbf16ps` adds, per f32 lane, the two products
+// of a pair of bf16 values, so every operand is laid out in pairs along the contracted
+// dimension, as 32-bit words:
+//
+//   product             contracted   broadcast side (a pair)        vector side (16 pairs)
+//   s  = q k^T          head dim     q row, straight from the input  k: "dim pairs" tile
+//   dp = dout v^T       head dim     dout row, from the input        v: "dim pairs" tile
+//   o += p v            keys         p row rounded to bf16           v: "key pairs" tile
+//   dq += ds k          keys         ds row rounded to bf16          k: "key pairs" tile
+//   dk^T += q^T ds      queries      q^T pairs (once per task)        ds: "row pairs" of the tile
+//   dv^T += dout^T p    queries      dout^T pairs (once per task)     p: "row pairs" of the tile
+//
+// Tiles of one key block (kBk = 64 keys, zero-padded), in words:
+//   dim pairs [Dh/2][kBk]: word(x[c][2p], x[c][2p+1]) at p * kBk + c
+//   key pairs [kBk/2][Dh]: word(x[2cp][e], x[2cp+1][e]) at cp * Dh + e
+// dk and dv accumulate transposed ([Dh][kBk] per key block, per thread) and are transposed
+// back once when the threads' copies are summed. The softmax (max, exp, sums, lse) stays f32.
+#include "kiln/backend/cpu/attention_bf16.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "kiln/base/check.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#define KILN_BF16_DOTS 1
+#else
+#define KILN_BF16_DOTS 0
+#endif
+
+namespace kiln::backend::cpu {
+
+using namespace attention_detail;
+
+namespace {
+
+constexpr int64_t kDh = 64;
+constexpr int64_t kTileWords = kDh * kBk / 2;  // one packed tile: 2048 words of two bf16
+
+bool cpu_has_bf16_dots() {
+#if KILN_BF16_DOTS
+  static const bool yes = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// Read at every call (cheap next to the kernel), so a benchmark can switch it between runs.
+bool enabled_by_env() {
+  const char* v = std::getenv("KILN_ATTENTION_BF16_DOTS");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+bool is_bf16(const Value* v) { return v->size() == 1 && (*v)[0].shape().dtype() == DType::kBF16; }
+
+}  // namespace
+
+bool attention_bf16_dots_apply(const Geometry& g, std::span<const Value* const> in, bool grad) {
+  if (g.Dh != kDh || !cpu_has_bf16_dots() || !enabled_by_env()) return false;
+  if (!is_bf16(in[0]) || !is_bf16(in[1]) || !is_bf16(in[2])) return false;
+  return !grad || is_bf16(in[g.dout]);
+}
+
+#if KILN_BF16_DOTS
+
+namespace {
+
+inline uint32_t pair_at(const uint16_t* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+inline __m512bh splat(uint32_t w) { return (__m512bh)_mm512_set1_epi32(static_cast<int>(w)); }
+inline __m512bh load_pairs(const uint32_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+
+// ---- packing ----
+
+// n rows of Dh bf16 (row c at x + c * stride) into a dim-pairs tile, zero past n.
+void pack_dim_pairs(const uint16_t* x, int64_t stride, int64_t n, uint32_t* t) {
+  std::memset(t, 0, kTileWords * 4);
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t p = 0; p < kDh / 2; ++p) t[p * kBk + c] = pair_at(x + c * stride + 2 * p);
+  }
+}
+
+// The same rows into a key-pairs tile.
+void pack_key_pairs(const uint16_t* x, int64_t stride, int64_t n, uint32_t* t) {
+  for (int64_t cp = 0; cp < kBk / 2; ++cp) {
+    const int64_t c = 2 * cp;
+    for (int64_t e = 0; e < kDh; ++e) {
+      const uint32_t lo = c < n ? x[c * stride + e] : 0, hi = c + 1 < n ? x[(c + 1) * stride + e] : 0;
+      t[cp * kDh + e] = lo | hi << 16;
+    }
+  }
+}
+
+// k and v of every (batch, kv head, key block) in the layouts a kernel asks for.
+struct Pack {
+  int64_t blocks = 0;
+  std::vector<uint32_t> k_dim, v_dim, k_key, v_key;
+  const uint32_t* tile(const std::vector<uint32_t>& t, const Geometry& g, int64_t b, int64_t kh, int64_t jb) const {
+    return t.data() + ((b * g.K + kh) * blocks + jb) * kTileWords;
+  }
+};
+
+Pack pack(const Geometry& g, const uint16_t* k, const uint16_t* v, bool k_dim, bool v_dim, bool k_key, bool v_key) {
+  Pack p;
+  p.blocks = (g.S + kBk - 1) / kBk;
+  const int64_t n = g.B * g.K * p.blocks * kTileWords;
+  if (k_dim) p.k_dim.resize(n);
+  if (v_dim) p.v_dim.resize(n);
+  if (k_key) p.k_key.resize(n);
+  if (v_key) p.v_key.resize(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < g.B * g.K * p.blocks; ++blk) {
+    const int64_t jb = blk % p.blocks, kh = (blk / p.blocks) % g.K, b = blk / (p.blocks * g.K);
+    const int64_t j0 = jb * kBk, nk = std::min(kBk, g.S - j0);
+    const int64_t src = ((b * g.S + j0) * g.K + kh) * kDh, stride = g.K * kDh, dst = blk * kTileWords;
+    if (k_dim) pack_dim_pairs(k + src, stride, nk, p.k_dim.data() + dst);
+    if (v_dim) pack_dim_pairs(v + src, stride, nk, p.v_dim.data() + dst);
+    if (k_key) pack_key_pairs(k + src, stride, nk, p.k_key.data() + dst);
+    if (v_key) pack_key_pairs(v + src, stride, nk, p.v_key.data() + dst);
+  }
+  return p;
+}
+
+// n rows of Dh bf16 (row r at x + r * stride) as pairs of rows, transposed:
+// out[e * pairs + rp] = word(x[2rp][e], x[2rp+1][e]), zero past n.
+void transposed_row_pairs(const uint16_t* x, int64_t stride, int64_t n, int64_t pairs, uint32_t* out) {
+  for (int64_t rp = 0; rp < pairs; ++rp) {
+    const uint16_t* r0 = x + 2 * rp * stride;
+    const uint16_t* r1 = 2 * rp + 1 < n ? r0 + stride : nullptr;
+    for (int64_t e = 0; e < kDh; ++e) out[e * pairs + rp] = r0[e] | static_cast<uint32_t>(r1 ? r1[e] : 0) << 16;
+  }
+}
+
+// A tile row of kBk floats rounded to bf16 (to nearest even).
+inline void round_row(const float* s, uint16_t* out) {
+  for (int64_t c = 0; c < kBk; c += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + c + 16), _mm512_loadu_ps(s + c));
+    _mm512_storeu_si512(out + c, (__m512i)v);
+  }
+}
+
+// Rows of a [nq][kBk] f32 tile as row pairs: out[rp * kBk + c] = word(bf16 x[2rp][c],
+// bf16 x[2rp+1][c]); a row at or past nq counts as 0.
+inline void row_pairs(const float* x, int64_t nq, uint32_t* out) {
+  for (int64_t rp = 0; 2 * rp < nq; ++rp) {
+    const float* r0 = x + 2 * rp * kBk;
+    const bool second = 2 * rp + 1 < nq;
+    for (int64_t c = 0; c < kBk; c += 16) {
+      const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r0 + c)));
+      const __m512i hi =
+          second ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(r0 + kBk + c))) : _mm512_setzero_si512();
+      _mm512_storeu_si512(out + rp * kBk + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+// ---- tile products ----
+
+// s[i][c] = mul * a[i] . x[:, c] for R rows a[i] (bf16, row i at a + i * lda) and a
+// dim-pairs tile x: R x 4 accumulators share each loaded vector of x.
+template <int R>
+inline void logits_rows(const uint16_t* a, int64_t lda, const uint32_t* x, __m512 mul, float* s) {
+  __m512 acc[R][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int p = 0; p < kDh / 2; ++p) {
+    const uint32_t* xp = x + p * kBk;
+    const __m512bh k0 = load_pairs(xp), k1 = load_pairs(xp + 16), k2 = load_pairs(xp + 32), k3 = load_pairs(xp + 48);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512bh u = splat(pair_at(a + i * lda + 2 * p));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], u, k0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], u, k1);
+      acc[i][2] = _mm512_dpbf16_ps(acc[i][2], u, k2);
+      acc[i][3] = _mm512_dpbf16_ps(acc[i][3], u, k3);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(s + i * kBk + 16 * j, _mm512_mul_ps(acc[i][j], mul));
+  }
+}
+
+// s [nq][kBk] = mul * a x for nq rows of a (bf16, row stride lda) and a dim-pairs tile.
+void logits_bf16(const uint16_t* a, int64_t lda, const uint32_t* x, int64_t nq, float mul, float* s) {
+  const __m512 m = _mm512_set1_ps(mul);
+  int64_t r = 0;
+  for (; r + 4 <= nq; r += 4) logits_rows<4>(a + r * lda, lda, x, m, s + r * kBk);
+  for (; r < nq; ++r) logits_rows<1>(a + r * lda, lda, x, m, s + r * kBk);
+}
+
+// acc[0, Dh) = alpha * acc + sum_c w[c] x[c][:] for a row w of kBk bf16 weights and a
+// key-pairs tile x; pairs from `pairs` on are zero and skipped.
+inline void accumulate_row_bf16(const uint16_t* w, const uint32_t* x, int64_t pairs, float alpha, float* acc) {
+  const __m512 al = _mm512_set1_ps(alpha);
+  __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(acc), al), a1 = _mm512_mul_ps(_mm512_loadu_ps(acc + 16), al);
+  __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(acc + 32), al), a3 = _mm512_mul_ps(_mm512_loadu_ps(acc + 48), al);
+  for (int64_t cp = 0; cp < pairs; ++cp) {
+    const __m512bh u = splat(pair_at(w + 2 * cp));
+    const uint32_t* xc = x + cp * kDh;
+    a0 = _mm512_dpbf16_ps(a0, u, load_pairs(xc));
+    a1 = _mm512_dpbf16_ps(a1, u, load_pairs(xc + 16));
+    a2 = _mm512_dpbf16_ps(a2, u, load_pairs(xc + 32));
+    a3 = _mm512_dpbf16_ps(a3, u, load_pairs(xc + 48));
+  }
+  _mm512_storeu_ps(acc, a0);
+  _mm512_storeu_ps(acc + 16, a1);
+  _mm512_storeu_ps(acc + 32, a2);
+  _mm512_storeu_ps(acc + 48, a3);
+}
+
+// acc[e][c] += sum_rp y[e * ystride + rp] . x[rp][c] for e < Dh, c < kBk (acc [Dh][kBk] f32):
+// y the task's transposed row pairs of q or dout (from the tile's first pair), x the tile's
+// row pairs of ds or p. Four rows of acc at a time share each loaded vector of x.
+void accumulate_transposed(const uint32_t* y, int64_t ystride, const uint32_t* x, int64_t pairs, float* acc) {
+  for (int64_t e = 0; e < kDh; e += 4) {
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) a[i][j] = _mm512_loadu_ps(acc + (e + i) * kBk + 16 * j);
+    }
+    for (int64_t rp = 0; rp < pairs; ++rp) {
+      const uint32_t* xr = x + rp * kBk;
+      const __m512bh k0 = load_pairs(xr), k1 = load_pairs(xr + 16), k2 = load_pairs(xr + 32), k3 = load_pairs(xr + 48);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512bh u = splat(y[(e + i) * ystride + rp]);
+        a[i][0] = _mm512_dpbf16_ps(a[i][0], u, k0);
+        a[i][1] = _mm512_dpbf16_ps(a[i][1], u, k1);
+        a[i][2] = _mm512_dpbf16_ps(a[i][2], u, k2);
+        a[i][3] = _mm512_dpbf16_ps(a[i][3], u, k3);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc + (e + i) * kBk + 16 * j, a[i][j]);
+    }
+  }
+}
+
+const uint16_t* bits(const Value* v) { return (*v)[0].as<uint16_t>(); }
+
+}  // namespace
+
+void attention_forward_bf16(const Geometry& g, std::span<const Value* const> in, Buffer& out, Buffer& lse) {
+  const uint16_t* q = bits(in[0]);
+  const View sinks = g.sinks >= 0 ? view((*in[g.sinks])[0]) : View{};
+  const int32_t* qseg = g.q_seg >= 0 ? (*in[g.q_seg])[0].as<int32_t>() : nullptr;
+  const int32_t* kseg = g.kv_seg >= 0 ? (*in[g.kv_seg])[0].as<int32_t>() : nullptr;
+  const int64_t qblocks = (g.T + kBq - 1) / kBq;
+  const int64_t tasks = g.B * g.H * qblocks;
+  const int64_t lda = g.H * kDh;
+  float* lse_out = lse.as<float>();
+  const Pack kv = pack(g, bits(in[1]), bits(in[2]), true, false, false, true);
+#pragma omp parallel
+  {
+    std::vector<float> s(kBq * kBk), acc(kBq * kDh), m(kBq), l(kBq);
+    alignas(64) uint16_t pb[kBk];
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t qb = task % qblocks, h = (task / qblocks) % g.H, b = task / (qblocks * g.H);
+      const int64_t kh = h / g.G;
+      const int64_t i0 = qb * kBq, nq = std::min(kBq, g.T - i0);
+      const int32_t* qs = qseg ? qseg + b * g.T : nullptr;
+      const int32_t* ks = kseg ? kseg + b * g.S : nullptr;
+      const uint16_t* qrows = q + ((b * g.T + i0) * g.H + h) * kDh;
+      const float sink = g.sinks >= 0 ? sinks[h] : kNegInf;
+      std::fill(m.begin(), m.end(), sink);
+      std::fill(l.begin(), l.end(), g.sinks >= 0 ? 1.0f : 0.0f);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      auto [jlo, jhi] = g.key_range(i0, i0 + nq);
+      for (int64_t j0 = jlo - jlo % kBk; j0 < jhi; j0 += kBk) {
+        const int64_t nk = std::min(kBk, g.S - j0);
+        logits_bf16(qrows, lda, kv.tile(kv.k_dim, g, b, kh, j0 / kBk), nq, g.scale, s.data());
+        const bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
+        if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
+        const uint32_t* vk = kv.tile(kv.v_key, g, b, kh, j0 / kBk);
+        for (int64_t r = 0; r < nq; ++r) {
+          float* sr = s.data() + r * kBk;
+          const float m_new = std::max(m[r], row_max(sr));
+          if (m_new == kNegInf) continue;  // nothing visible yet
+          const float alpha = fast_exp(m[r] - m_new);
+          l[r] = l[r] * alpha + exp_row(sr, m_new);
+          m[r] = m_new;
+          round_row(sr, pb);
+          accumulate_row_bf16(pb, vk, (nk + 1) / 2, alpha, acc.data() + r * kDh);
+        }
+      }
+      for (int64_t r = 0; r < nq; ++r) {
+        const int64_t o = ((b * g.T + i0 + r) * g.H + h) * kDh;
+        store_row(out, o, acc.data() + r * kDh, kDh, l[r] > 0 ? 1.0f / l[r] : 0.0f);
+        lse_out[(b * g.H + h) * g.T + i0 + r] = l[r] > 0 ? m[r] + std::log(l[r]) : kNegInf;
+      }
+    }
+  }
+}
+
+void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in, Buffer& dq, Buffer& dk, Buffer& dv,
+                             std::vector<float>& dsink_partial) {
+  const uint16_t* q = bits(in[0]);
+  const uint16_t* dout = bits(in[g.dout]);
+  const View sinks = g.sinks >= 0 ? view((*in[g.sinks])[0]) : View{};
+  const int32_t* qseg = g.q_seg >= 0 ? (*in[g.q_seg])[0].as<int32_t>() : nullptr;
+  const int32_t* kseg = g.kv_seg >= 0 ? (*in[g.kv_seg])[0].as<int32_t>() : nullptr;
+  const View out = view((*in[g.out])[0]), dout_v = view((*in[g.dout])[0]);
+  const View lse = view((*in[g.lse])[0]), dlse = view((*in[g.dlse])[0]);
+  const int64_t stride = g.H * kDh, tpairs = (g.T + 1) / 2;
+  const Pack kv = pack(g, bits(in[1]), bits(in[2]), true, true, true, false);
+  // dk^T and dv^T per key block ([Dh][kBk]), one copy per thread (the G query heads of a
+  // kv head run as different tasks), summed and transposed back at the end.
+  const int threads = omp_get_max_threads();
+  const int64_t kv_elems = g.B * g.K * kv.blocks * kDh * kBk;
+  std::vector<float> dk_acc(threads * kv_elems, 0.0f), dv_acc(threads * kv_elems, 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    float* dka = dk_acc.data() + omp_get_thread_num() * kv_elems;
+    float* dva = dv_acc.data() + omp_get_thread_num() * kv_elems;
+    std::vector<uint32_t> qt(kDh * tpairs), dot(kDh * tpairs), ds_pairs(kBq / 2 * kBk), p_pairs(kBq / 2 * kBk);
+    std::vector<float> dqa(g.T * kDh), dvec(g.T), lrow(g.T), s(kBq * kBk), dp(kBq * kBk);
+    alignas(64) uint16_t dsb[kBk];
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < g.B * g.H; ++task) {
+      const int64_t h = task % g.H, b = task / g.H, kh = h / g.G;
+      const int32_t* qs = qseg ? qseg + b * g.T : nullptr;
+      const int32_t* ks = kseg ? kseg + b * g.S : nullptr;
+      const int64_t q_off = (b * g.T * g.H + h) * kDh;
+      transposed_row_pairs(q + q_off, stride, g.T, tpairs, qt.data());
+      transposed_row_pairs(dout + q_off, stride, g.T, tpairs, dot.data());
+      std::fill(dqa.begin(), dqa.end(), 0.0f);
+      const float sink = g.sinks >= 0 ? sinks[h] : kNegInf;
+      float dsink = 0;
+      for (int64_t i = 0; i < g.T; ++i) {
+        float d = -dlse[(b * g.H + h) * g.T + i];
+        for (int64_t e = 0; e < kDh; ++e) d += dout_v[q_off + i * stride + e] * out[q_off + i * stride + e];
+        dvec[i] = d;
+        lrow[i] = lse[(b * g.H + h) * g.T + i];
+        if (g.sinks >= 0 && lrow[i] != kNegInf) dsink -= std::exp(sink - lrow[i]) * d;
+      }
+      dsink_partial[b * g.H + h] = dsink;
+      for (int64_t j0 = 0; j0 < g.S; j0 += kBk) {
+        const int64_t nk = std::min(kBk, g.S - j0), jb = j0 / kBk;
+        auto [ilo, ihi] = g.query_range(j0, j0 + nk);
+        if (ilo >= ihi) continue;
+        const uint32_t* kd = kv.tile(kv.k_dim, g, b, kh, jb);
+        const uint32_t* vd = kv.tile(kv.v_dim, g, b, kh, jb);
+        const uint32_t* kk = kv.tile(kv.k_key, g, b, kh, jb);
+        float* dkb = dka + ((b * g.K + kh) * kv.blocks + jb) * kDh * kBk;
+        float* dvb = dva + ((b * g.K + kh) * kv.blocks + jb) * kDh * kBk;
+        for (int64_t i0 = ilo - ilo % kBq; i0 < ihi; i0 += kBq) {
+          const int64_t nq = std::min(kBq, g.T - i0);
+          logits_bf16(q + q_off + i0 * stride, stride, kd, nq, g.scale, s.data());
+          const bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
+          if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
+          logits_bf16(dout + q_off + i0 * stride, stride, vd, nq, 1.0f, dp.data());
+          for (int64_t r = 0; r < nq; ++r) {
+            const float lr = lrow[i0 + r] == kNegInf ? std::numeric_limits<float>::infinity() : lrow[i0 + r];
+            float* dpr = dp.data() + r * kBk;
+            exp_row_ds(s.data() + r * kBk, dpr, lr, dvec[i0 + r]);  // s = p, dp = ds (without the scale)
+            round_row(dpr, dsb);
+            accumulate_row_bf16(dsb, kk, (nk + 1) / 2, 1.0f, dqa.data() + (i0 + r) * kDh);
+          }
+          const int64_t pairs = (nq + 1) / 2;
+          row_pairs(dp.data(), nq, ds_pairs.data());
+          row_pairs(s.data(), nq, p_pairs.data());
+          accumulate_transposed(qt.data() + i0 / 2, tpairs, ds_pairs.data(), pairs, dkb);
+          accumulate_transposed(dot.data() + i0 / 2, tpairs, p_pairs.data(), pairs, dvb);
+        }
+      }
+      for (int64_t i = 0; i < g.T; ++i) store_row(dq, q_off + i * stride, dqa.data() + i * kDh, kDh, g.scale);
+    }
+  }
+  // Sum the threads' transposed copies into dk and dv ([B, S, K, Dh]).
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < g.B * g.K * g.S; ++row) {
+    const int64_t j = row % g.S, kh = (row / g.S) % g.K, b = row / (g.S * g.K);
+    const int64_t base = ((b * g.K + kh) * kv.blocks + j / kBk) * kDh * kBk + j % kBk;
+    float sk[kDh], sv[kDh];
+    for (int64_t e = 0; e < kDh; ++e) {
+      float a = 0, c = 0;
+      for (int t = 0; t < threads; ++t) {
+        a += dk_acc[t * kv_elems + base + e * kBk];
+        c += dv_acc[t * kv_elems + base + e * kBk];
+      }
+      sk[e] = a, sv[e] = c;
+    }
+    const int64_t o = ((b * g.S + j) * g.K + kh) * kDh;
+    store_row(dk, o, sk, kDh, g.scale);
+    store_row(dv, o, sv, kDh, 1.0f);
+  }
+}
+
+#else  // no AVX512-BF16 code in this build: attention_bf16_dots_apply() is always false
+
+void attention_forward_bf16(const Geometry&, std::span<const Value* const>, Buffer&, Buffer&) {
+  KILN_CHECK(false) << "bf16 attention kernels are not compiled into this build";
+}
+void attention_backward_bf16(const Geometry&, std::span<const Value* const>, Buffer&, Buffer&, Buffer&,
+                             std::vector<float>&) {
+  KILN_CHECK(false) << "bf16 attention kernels are not compiled into this build";
+}
+
+#endif
+
+}  // namespace kiln::backend::cpu
