@@ -1,13 +1,17 @@
 // Sharded checkpoints: tensors saved from per-device shards (fsdp 2 × expert 2) are written
 // once per distinct shard, by the lowest device holding it, and restore bit-exactly on one
-// device and on fsdp 4 (resharding on load); mismatches are refused naming the tensor.
+// device and on fsdp 4 (resharding on load); mismatches are refused naming the tensor; two
+// ranks each write their own devices' shards and rank 0 commits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -249,6 +253,84 @@ TEST(Sharded, ShardOfTheWrongSizeIsRefusedOnSave) {
   st = save(dir, s);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("mesh axis tensor"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace kiln::checkpoint
+
+namespace kiln::checkpoint {
+namespace {
+
+// Two processes' share of one save (MPI ranks, here two threads): rank 0 prepares the
+// directory, each rank hands over only its own devices' shards (2 and 2) and writes its
+// files; rank 0 commits once rank 1's note is there. The result is the one-process save's
+// checkpoint, every piece with its checksum, and no note is left behind.
+TEST(Sharded, TwoRanksWriteTheirOwnShardsAndRankZeroCommits) {
+  const std::string dir = temp_dir("two_ranks") + "/checkpoints";
+  const std::vector<Global> g = globals();
+  auto tmp = prepare_save(dir, 5);
+  ASSERT_TRUE(tmp.ok()) << tmp.status().to_string();
+  auto rank_state = [&](int64_t rank) {
+    CheckpointState s = sharded_state(g, 5);
+    for (StateTensor& t : s.tensors) {
+      for (int64_t dev = 0; dev < 4; ++dev) {
+        if (dev / 2 != rank) t.shards[dev].clear();  // another process holds it
+      }
+    }
+    return s;
+  };
+  auto options = [&](int64_t rank) {
+    SaveOptions o;
+    o.rank = rank, o.num_ranks = 2, o.first_device = 2 * rank, o.local_devices = 2, o.tmp_dir = *tmp;
+    o.progress = false;
+    return o;
+  };
+  Status st0, st1;
+  std::thread r0([&] { st0 = save(dir, rank_state(0), options(0)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 0 is waiting for rank 1's note
+  EXPECT_TRUE(list_steps(dir).empty());
+  std::thread r1([&] { st1 = save(dir, rank_state(1), options(1)); });
+  r0.join();
+  r1.join();
+  ASSERT_TRUE(st0.ok()) << st0.to_string();
+  ASSERT_TRUE(st1.ok()) << st1.to_string();
+  EXPECT_EQ(list_steps(dir), (std::vector<int64_t>{5}));
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir + "/5")) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"manifest.json", "shard-0.safetensors", "shard-1.safetensors",
+                                             "shard-2.safetensors", "shard-3.safetensors"}));
+  auto state = load(dir + "/5");  // every checksum checked
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_TRUE(state->tensors[i].shards.at(0) == g[i].bytes) << g[i].name;
+}
+
+// A rank that fails (here: it hands over a shard of the wrong size) fails rank 0's save,
+// naming the rank and the tensor; nothing is committed and the temporary directory goes.
+TEST(Sharded, AFailingRankFailsTheCommitAndLeavesNoCheckpoint) {
+  const std::string dir = temp_dir("failing_rank") + "/checkpoints";
+  const std::vector<Global> g = globals();
+  ASSERT_TRUE(save(dir, sharded_state(g, 1)).ok());
+  auto tmp = prepare_save(dir, 2);
+  ASSERT_TRUE(tmp.ok());
+  CheckpointState bad = sharded_state(g, 2);
+  bad.tensors[0].shards[3] = "short";
+  SaveOptions o0, o1;
+  o0.num_ranks = o1.num_ranks = 2;
+  o1.rank = 1;
+  o0.local_devices = o1.local_devices = 2;
+  o1.first_device = 2;
+  o0.tmp_dir = o1.tmp_dir = *tmp;
+  o0.progress = o1.progress = false;
+  o0.commit_timeout_s = 30;
+  Status st1 = save(dir, bad, o1);
+  EXPECT_FALSE(st1.ok());
+  Status st0 = save(dir, sharded_state(g, 2), o0);
+  ASSERT_FALSE(st0.ok());
+  EXPECT_NE(st0.message().find("rank 1"), std::string::npos) << st0.message();
+  EXPECT_NE(st0.message().find(g[0].name), std::string::npos) << st0.message();
+  EXPECT_EQ(list_steps(dir), (std::vector<int64_t>{1}));
+  EXPECT_FALSE(fs::exists(*tmp));
 }
 
 }  // namespace

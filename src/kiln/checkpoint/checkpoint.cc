@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "kiln/base/hash.h"
+#include "kiln/base/progress.h"
 #include "kiln/checkpoint/safetensors.h"
 
 namespace kiln::checkpoint {
@@ -93,14 +95,66 @@ Result<config::Mesh> mesh_from_json(const nlohmann::ordered_json& j, const std::
   return mesh;
 }
 
+bool is_local(const SaveOptions& o, int64_t device) {
+  return o.local_devices < 0 || (device >= o.first_device && device < o.first_device + o.local_devices);
+}
+
+std::string note_file(int64_t rank) { return fmt::format("rank-{}.json", rank); }
+
+// A rank's note to rank 0: its pieces' checksums ({tensor: {device: fnv1a64}}) or its error.
+// Written to a temporary name and renamed, so rank 0 never reads half of it.
+Status write_note(const std::string& tmp, int64_t rank, const nlohmann::ordered_json& checksums, const Status& st) {
+  nlohmann::ordered_json note = {{"rank", rank}, {"ok", st.ok()}, {"error", st.ok() ? "" : st.to_string()},
+                                 {"checksums", checksums}};
+  const std::string path = (fs::path(tmp) / note_file(rank)).string();
+  KILN_RETURN_IF_ERROR(write_text_file(path + ".partial", note.dump() + "\n"));
+  std::error_code ec;
+  fs::rename(path + ".partial", path, ec);
+  if (ec) return io_error("renaming {}.partial: {}", path, ec.message());
+  return ok_status();
+}
+
+// Rank 0: waits for the note of every other rank and merges their checksums into `checksums`.
+Status collect_notes(const std::string& tmp, const SaveOptions& o, nlohmann::ordered_json& checksums) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.commit_timeout_s);
+  for (int64_t r = 1; r < o.num_ranks; ++r) {
+    const fs::path path = fs::path(tmp) / note_file(r);
+    std::error_code ec;
+    while (!fs::exists(path, ec)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        return io_error("rank {} did not finish writing its shards into {} within {} s", r, tmp,
+                                 o.commit_timeout_s);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nlohmann::ordered_json note = nlohmann::ordered_json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+    if (note.is_discarded() || !note.is_object()) return data_loss("{}: corrupt note of rank {}", path.string(), r);
+    if (!note.value("ok", false)) return internal_error("rank {}: {}", r, note.value("error", std::string("unknown error")));
+    const nlohmann::ordered_json sums = note.value("checksums", nlohmann::ordered_json::object());
+    for (const auto& [name, devices] : sums.items()) {
+      for (const auto& [dev, sum] : devices.items()) checksums[name][dev] = sum;
+    }
+    fs::remove(path, ec);
+  }
+  return ok_status();
+}
+
+// Writes this process's files (its devices' pieces) into `tmp`; on rank 0 (the only rank of
+// a one-process save) also the manifest, once every rank's pieces are there.
 Status save_into(const std::string& tmp, const CheckpointState& state, const SaveOptions& options) {
   std::error_code ec;
   fs::create_directories(tmp, ec);
   if (ec) return io_error("creating {}: {}", tmp, ec.message());
   const int64_t devices = state.mesh.num_devices();
-  // Per owner device, the pieces it writes; per tensor, its manifest entry.
+  // Per owner device, the pieces it writes; per tensor, its manifest entry (checksums of
+  // other ranks' pieces come from their notes).
   std::map<int64_t, std::vector<RawTensor>> files;
   nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+  nlohmann::ordered_json checksums = nlohmann::ordered_json::object();
+  int64_t total_bytes = 0;
   for (const StateTensor& t : state.tensors) {
     const std::vector<int64_t>& dims = t.shape.dims();
     KILN_RETURN_IF_ERROR(check_sharding(t.name, dims, t.sharding, state.mesh));
@@ -111,6 +165,9 @@ Status save_into(const std::string& tmp, const CheckpointState& state, const Sav
     nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
     for (int64_t dev : shard_owners(dims, t.sharding, state.mesh)) {
       const Region r = shard_region(dims, t.sharding, state.mesh, dev);
+      pieces.push_back({{"file", shard_file(dev)}, {"device", dev}, {"offset", r.offset}, {"dims", r.dims},
+                        {"fnv1a64", ""}});
+      if (!is_local(options, dev)) continue;
       const size_t want = static_cast<size_t>(r.num_elements() * ir::dtype_size(t.shape.dtype()));
       if (dev >= static_cast<int64_t>(t.shards.size()) || t.shards[dev].size() != want) {
         return invalid_argument("tensor {}: device {} of {} must hand over its {} shard {} ({} bytes), got {} bytes",
@@ -118,19 +175,36 @@ Status save_into(const std::string& tmp, const CheckpointState& state, const Sav
                                 dev < static_cast<int64_t>(t.shards.size()) ? t.shards[dev].size() : 0);
       }
       files[dev].push_back({t.name, dtype, r.dims, &t.shards[dev]});
-      pieces.push_back({{"file", shard_file(dev)}, {"device", dev}, {"offset", r.offset}, {"dims", r.dims},
-                        {"fnv1a64", checksum(t.shards[dev])}});
+      checksums[t.name][std::to_string(dev)] = checksum(t.shards[dev]);
+      total_bytes += static_cast<int64_t>(want);
     }
     tensors[t.name] = {{"shape", dims},
                        {"dtype", std::string(ir::dtype_name(t.shape.dtype()))},
                        {"sharding", t.sharding.dims},
                        {"pieces", pieces}};
   }
-  for (const auto& [dev, raw] : files) {
-    KILN_RETURN_IF_ERROR(write_safetensors_raw((fs::path(tmp) / shard_file(dev)).string(), raw,
-                                               {{"format", "kiln"}, {"step", std::to_string(state.step)},
-                                                {"device", std::to_string(dev)}}));
-    if (options.after_file) options.after_file(shard_file(dev));
+  {
+    Progress progress(fmt::format("save checkpoint {}", state.step), total_bytes,
+                      Progress::Options{.unit = Progress::Unit::kBytes,
+                                        .mode = options.progress ? Progress::Mode::kAuto : Progress::Mode::kOff});
+    for (const auto& [dev, raw] : files) {
+      KILN_RETURN_IF_ERROR(write_safetensors_raw((fs::path(tmp) / shard_file(dev)).string(), raw,
+                                                 {{"format", "kiln"}, {"step", std::to_string(state.step)},
+                                                  {"device", std::to_string(dev)}}));
+      if (options.after_file) options.after_file(shard_file(dev));
+      for (const RawTensor& t : raw) progress.advance(static_cast<int64_t>(t.bytes->size()));
+    }
+  }
+  if (options.rank != 0) return write_note(tmp, options.rank, checksums, ok_status());
+  KILN_RETURN_IF_ERROR(collect_notes(tmp, options, checksums));
+  for (auto& [name, entry] : tensors.items()) {
+    for (auto& piece : entry["pieces"]) {
+      const std::string dev = std::to_string(piece["device"].get<int64_t>());
+      if (!checksums.contains(name) || !checksums[name].contains(dev)) {
+        return internal_error("tensor {}: no rank wrote the piece of device {}", name, dev);
+      }
+      piece["fnv1a64"] = checksums[name][dev];
+    }
   }
 
   nlohmann::ordered_json manifest = nlohmann::ordered_json::object();
@@ -193,14 +267,35 @@ std::string step_dir(const std::string& checkpoints_dir, int64_t step) {
   return (fs::path(checkpoints_dir) / std::to_string(step)).string();
 }
 
-Status save(const std::string& checkpoints_dir, const CheckpointState& state, const SaveOptions& options) {
+Result<std::string> prepare_save(const std::string& checkpoints_dir, int64_t step) {
   std::error_code ec;
   fs::create_directories(checkpoints_dir, ec);
   if (ec) return io_error("creating {}: {}", checkpoints_dir, ec.message());
-  const std::string final_dir = step_dir(checkpoints_dir, state.step);
-  const std::string tmp = fmt::format("{}.tmp-{}", final_dir, ::getpid());
   remove_stale_temporaries(checkpoints_dir);
+  const std::string tmp = fmt::format("{}.tmp-{}", step_dir(checkpoints_dir, step), ::getpid());
+  fs::create_directories(tmp, ec);
+  if (ec) return io_error("creating {}: {}", tmp, ec.message());
+  return tmp;
+}
+
+Status save(const std::string& checkpoints_dir, const CheckpointState& state, const SaveOptions& options) {
+  std::error_code ec;
+  const std::string final_dir = step_dir(checkpoints_dir, state.step);
+  std::string tmp = options.tmp_dir;
+  if (options.num_ranks > 1 && tmp.empty()) {
+    return invalid_argument("a save by {} ranks needs the temporary directory of prepare_save()", options.num_ranks);
+  }
+  if (tmp.empty()) {
+    Result<std::string> made = prepare_save(checkpoints_dir, state.step);
+    if (!made.ok()) return made.status();
+    tmp = *made;
+  }
   Status st = save_into(tmp, state, options);
+  if (options.rank != 0) {
+    // Rank 0 removes the directory and reports the error (from this note) to the run.
+    if (!st.ok()) (void)write_note(tmp, options.rank, nlohmann::ordered_json::object(), st);
+    return st;
+  }
   if (!st.ok()) {
     fs::remove_all(tmp, ec);
     return Status(st.code(), fmt::format("checkpoint of step {} not saved (earlier checkpoints kept): {}", state.step,

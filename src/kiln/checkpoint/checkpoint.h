@@ -68,6 +68,17 @@ struct SaveOptions {
   // Test hook: called after each file of the temporary directory is written (argument:
   // the file name), before the manifest; a test can stall or kill the process there.
   std::function<void(const std::string&)> after_file;
+  // Several processes writing one checkpoint (MPI ranks; one process: the defaults). Each
+  // rank writes the pieces owned by its devices [first_device, first_device + local_devices)
+  // (the other devices' shards may be left empty) and then a note rank-<rank>.json with their
+  // checksums; rank 0 waits for every rank's note (at most commit_timeout_s), then writes the
+  // manifest and renames the directory. All ranks write into `tmp_dir`, which rank 0 made
+  // with prepare_save() before they started (a barrier between).
+  int64_t rank = 0, num_ranks = 1;
+  int64_t first_device = 0, local_devices = -1;  // -1: every device of the mesh
+  std::string tmp_dir;                           // empty: save() makes "<step>.tmp-<pid>"
+  double commit_timeout_s = 600;
+  bool progress = true;  // a Progress line for the bytes written (base/progress.h)
 };
 
 // "<checkpoints_dir>/<step>".
@@ -75,7 +86,12 @@ std::string step_dir(const std::string& checkpoints_dir, int64_t step);
 // Writes `state` atomically as checkpoints_dir/<state.step>; an I/O error (disk full)
 // fails with a message naming the file and leaves earlier checkpoints untouched. A shard
 // of the wrong size or a sharding that does not fit is invalid_argument naming the tensor.
+// With num_ranks > 1, a rank other than 0 returns once its files and note are written (rank
+// 0 alone commits the checkpoint and reports a failure of any rank).
 Status save(const std::string& checkpoints_dir, const CheckpointState& state, const SaveOptions& options = {});
+// Rank 0 of a multi-process save, before the others start: removes temporaries of dead
+// saves and creates "<checkpoints_dir>/<step>.tmp-<pid>", which it returns for tmp_dir.
+Result<std::string> prepare_save(const std::string& checkpoints_dir, int64_t step);
 // Complete checkpoints' steps, ascending.
 std::vector<int64_t> list_steps(const std::string& checkpoints_dir);
 // The latest complete checkpoint's directory, if any.
