@@ -6,6 +6,7 @@
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/regather.h"
 #include "kiln/passes/remat.h"
 #include "kiln/passes/simplify.h"
 
@@ -21,6 +22,8 @@ const std::vector<PassInfo>& registered_passes() {
        [] { return std::make_unique<FusionPass>(); }},
       {"remat", "recomputes decoder-layer activations in the backward pass (remat_policy=full; compile uses the config's)",
        [] { return std::make_unique<RematPass>(RematPolicy::from_name("full").value()); }},
+      {"regather", "gathers sharded weights again in the backward pass instead of keeping the forward's copy",
+       [] { return std::make_unique<RegatherPass>(); }},
   };
   return passes;
 }

@@ -23,6 +23,7 @@
 #include "kiln/ops/registry.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/regather.h"
 #include "kiln/passes/registry.h"
 #include "kiln/passes/remat.h"
 
@@ -75,7 +76,10 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   // After CSE (which would merge the recomputed values back) and before fusion (which fuses
   // the recomputed elementwise chains into the backward kernels).
   KILN_ASSIGN_OR_RETURN(passes::RematPolicy remat, passes::RematPolicy::from_name(options.remat_policy));
+  const bool regather = remat.enabled;
   pipeline.add(std::make_unique<passes::RematPass>(std::move(remat)));
+  // After remat, whose recomputed layers read the gathered weights in the backward pass too.
+  if (regather) pipeline.add(std::make_unique<passes::RegatherPass>());
   // Last: fusion must see the final graph, and the kernels are generated from its output.
   pipeline.add(std::make_unique<passes::FusionPass>(!options.fuse));
   pipeline.add(std::make_unique<passes::DcePass>());
