@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -54,8 +55,9 @@ Buffer random_buffer(const ir::Shape& shape, std::mt19937_64& rng, double lo, do
   return b;
 }
 
-// Parameters q, k, v, sinks, w; outputs loss, dq, dk, dv, dsinks.
-std::unique_ptr<ir::Module> build(int64_t t, bool flash, int64_t window) {
+// Parameters q, k, v, sinks, w; outputs loss, dq, dk, dv, dsinks. With `bf16`, q, k, v
+// enter the kernel as bf16 (cast inside the program, as a bf16 model's activations are).
+std::unique_ptr<ir::Module> build(int64_t t, bool flash, int64_t window, bool bf16 = false) {
   frontend::Graph g("attention_bench");
   Tensor q = g.parameter("q", frontend::f32({kB, t, kH, kDh}));
   Tensor k = g.parameter("k", frontend::f32({kB, t, kK, kDh}));
@@ -64,7 +66,11 @@ std::unique_ptr<ir::Module> build(int64_t t, bool flash, int64_t window) {
   Tensor w = g.parameter("w", frontend::f32({kB, t, kH, kDh}));
   const double scale = 1.0 / std::sqrt(static_cast<double>(kDh));
   Tensor out;
-  if (flash) {
+  if (flash && bf16) {
+    out = frontend::nn::flash_attention(q.astype(ir::DType::kBF16), k.astype(ir::DType::kBF16),
+                                        v.astype(ir::DType::kBF16), scale, sinks, Tensor(), Tensor(), true, window)
+              .astype(ir::DType::kF32);
+  } else if (flash) {
     out = frontend::nn::flash_attention(q, k, v, scale, sinks, Tensor(), Tensor(), true, window);
   } else {
     Tensor query = g.iota({t, t}, 0), key = g.iota({t, t}, 1);
@@ -82,8 +88,12 @@ std::unique_ptr<ir::Module> build(int64_t t, bool flash, int64_t window) {
   return g.release();
 }
 
-void bm_attention(benchmark::State& state, int64_t t, bool flash, int64_t window) {
-  auto module = build(t, flash, window);
+// variant: "flash", "composite", "flash_bf16" (bf16 dot products) or "flash_bf16_f32math"
+// (bf16 inputs computed in f32: KILN_ATTENTION_BF16_DOTS=0).
+void bm_attention(benchmark::State& state, int64_t t, const std::string& variant, int64_t window) {
+  const bool flash = variant != "composite", bf16 = variant.starts_with("flash_bf16");
+  setenv("KILN_ATTENTION_BF16_DOTS", variant == "flash_bf16_f32math" ? "0" : "1", 1);
+  auto module = build(t, flash, window, bf16);
   backend::CompileOptions options;
   auto exe = backend::compile_cpu(*module, options);
   KILN_CHECK_OK(exe);
@@ -104,7 +114,7 @@ void bm_attention(benchmark::State& state, int64_t t, bool flash, int64_t window
   }
   std::sort(times.begin(), times.end());
   Result r{times[times.size() / 2], (*exe)->report().peak_value_bytes};
-  results()[fmt::format("{}/{}/{}", t, window, flash ? "flash" : "composite")] = r;
+  results()[fmt::format("{}/{}/{}", t, window, variant)] = r;
   // Useful work: causal pairs (or T*W for the window), 4 Dh flops forward, 10 backward.
   double pairs = 0;
   for (int64_t i = 0; i < t; ++i) pairs += static_cast<double>(window > 0 ? std::min(i + 1, window) : i + 1);
@@ -117,10 +127,10 @@ const std::vector<int64_t> kLengths = {1024, 2048, 4096};
 void register_all() {
   for (int64_t window : {int64_t{0}, kWindow}) {
     for (int64_t t : kLengths) {
-      for (bool flash : {true, false}) {
-        std::string name = fmt::format("attention_fwd_bwd/{}/T{}/{}", flash ? "flash" : "composite", t,
-                                       window > 0 ? "window128" : "causal");
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bm_attention(s, t, flash, window); })
+      for (const char* variant : {"flash", "composite", "flash_bf16", "flash_bf16_f32math"}) {
+        std::string name =
+            fmt::format("attention_fwd_bwd/{}/T{}/{}", variant, t, window > 0 ? "window128" : "causal");
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bm_attention(s, t, variant, window); })
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond)
             ->Iterations(3);
@@ -149,6 +159,18 @@ void print_table() {
   }
   std::printf("(ratio = composite time / flash time; peak = intermediate values live at once, from the compile "
               "report)\n");
+  std::printf("\nbf16 q, k, v (cast in the program): the flash kernels on bf16 dot products vs the same inputs "
+              "computed in f32 (KILN_ATTENTION_BF16_DOTS=0), medians of 3:\n");
+  std::printf("%-10s %6s %12s %16s %10s\n", "mask", "T", "bf16 dots ms", "f32 math ms", "speed-up");
+  for (int64_t window : {int64_t{0}, kWindow}) {
+    for (int64_t t : kLengths) {
+      auto d = results().find(fmt::format("{}/{}/flash_bf16", t, window));
+      auto f = results().find(fmt::format("{}/{}/flash_bf16_f32math", t, window));
+      if (d == results().end() || f == results().end()) continue;
+      std::printf("%-10s %6lld %12.1f %16.1f %9.2fx\n", window > 0 ? "window128" : "causal", static_cast<long long>(t),
+                  1e3 * d->second.seconds, 1e3 * f->second.seconds, f->second.seconds / d->second.seconds);
+    }
+  }
   std::printf("\nReproduce: cmake -S . -B build-bench -G Ninja && ninja -C build-bench attention_bench && "
               "build-bench/bench/attention_bench\n");
 }

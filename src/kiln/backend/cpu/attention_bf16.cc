@@ -203,24 +203,43 @@ void logits_bf16(const uint16_t* a, int64_t lda, const uint32_t* x, int64_t nq, 
   for (; r < nq; ++r) logits_rows<1>(a + r * lda, lda, x, m, s + r * kBk);
 }
 
-// acc[0, Dh) = alpha * acc + sum_c w[c] x[c][:] for a row w of kBk bf16 weights and a
-// key-pairs tile x; pairs from `pairs` on are zero and skipped.
-inline void accumulate_row_bf16(const uint16_t* w, const uint32_t* x, int64_t pairs, float alpha, float* acc) {
-  const __m512 al = _mm512_set1_ps(alpha);
-  __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(acc), al), a1 = _mm512_mul_ps(_mm512_loadu_ps(acc + 16), al);
-  __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(acc + 32), al), a3 = _mm512_mul_ps(_mm512_loadu_ps(acc + 48), al);
-  for (int64_t cp = 0; cp < pairs; ++cp) {
-    const __m512bh u = splat(pair_at(w + 2 * cp));
-    const uint32_t* xc = x + cp * kDh;
-    a0 = _mm512_dpbf16_ps(a0, u, load_pairs(xc));
-    a1 = _mm512_dpbf16_ps(a1, u, load_pairs(xc + 16));
-    a2 = _mm512_dpbf16_ps(a2, u, load_pairs(xc + 32));
-    a3 = _mm512_dpbf16_ps(a3, u, load_pairs(xc + 48));
+// acc[i] = alpha[i] * acc[i] + sum_c w[i][c] x[c][:] for R rows (w[i]: kBk bf16 weights at
+// w + i * kBk, acc[i]: Dh floats at acc + i * Dh) and a key-pairs tile x; pairs from `pairs`
+// on are zero and skipped. R x 4 accumulators share each loaded vector of x.
+template <int R>
+inline void accumulate_rows_bf16(const uint16_t* w, const uint32_t* x, int64_t pairs, const float* alpha, float* acc) {
+  __m512 a[R][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+    const __m512 al = _mm512_set1_ps(alpha[i]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) a[i][j] = _mm512_mul_ps(_mm512_loadu_ps(acc + i * kDh + 16 * j), al);
   }
-  _mm512_storeu_ps(acc, a0);
-  _mm512_storeu_ps(acc + 16, a1);
-  _mm512_storeu_ps(acc + 32, a2);
-  _mm512_storeu_ps(acc + 48, a3);
+  for (int64_t cp = 0; cp < pairs; ++cp) {
+    const uint32_t* xc = x + cp * kDh;
+    const __m512bh k0 = load_pairs(xc), k1 = load_pairs(xc + 16), k2 = load_pairs(xc + 32), k3 = load_pairs(xc + 48);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512bh u = splat(pair_at(w + i * kBk + 2 * cp));
+      a[i][0] = _mm512_dpbf16_ps(a[i][0], u, k0);
+      a[i][1] = _mm512_dpbf16_ps(a[i][1], u, k1);
+      a[i][2] = _mm512_dpbf16_ps(a[i][2], u, k2);
+      a[i][3] = _mm512_dpbf16_ps(a[i][3], u, k3);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc + i * kDh + 16 * j, a[i][j]);
+  }
+}
+
+// The same for rows r < nq of a [nq][kBk] bf16 weight tile and acc [nq][Dh].
+void accumulate_tile_bf16(const uint16_t* w, const uint32_t* x, int64_t nq, int64_t pairs, const float* alpha,
+                          float* acc) {
+  int64_t r = 0;
+  for (; r + 4 <= nq; r += 4) accumulate_rows_bf16<4>(w + r * kBk, x, pairs, alpha + r, acc + r * kDh);
+  for (; r < nq; ++r) accumulate_rows_bf16<1>(w + r * kBk, x, pairs, alpha + r, acc + r * kDh);
 }
 
 // acc[e][c] += sum_rp y[e * ystride + rp] . x[rp][c] for e < Dh, c < kBk (acc [Dh][kBk] f32):
@@ -271,7 +290,8 @@ void attention_forward_bf16(const Geometry& g, std::span<const Value* const> in,
 #pragma omp parallel
   {
     std::vector<float> s(kBq * kBk), acc(kBq * kDh), m(kBq), l(kBq);
-    alignas(64) uint16_t pb[kBk];
+    alignas(64) uint16_t pb[kBq * kBk];  // the tile's p in bf16
+    float alpha[kBq];
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t qb = task % qblocks, h = (task / qblocks) % g.H, b = task / (qblocks * g.H);
@@ -290,17 +310,21 @@ void attention_forward_bf16(const Geometry& g, std::span<const Value* const> in,
         logits_bf16(qrows, lda, kv.tile(kv.k_dim, g, b, kh, j0 / kBk), nq, g.scale, s.data());
         const bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
         if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
-        const uint32_t* vk = kv.tile(kv.v_key, g, b, kh, j0 / kBk);
+        // The softmax of every row first, then p v for four rows at a time.
         for (int64_t r = 0; r < nq; ++r) {
           float* sr = s.data() + r * kBk;
           const float m_new = std::max(m[r], row_max(sr));
-          if (m_new == kNegInf) continue;  // nothing visible yet
-          const float alpha = fast_exp(m[r] - m_new);
-          l[r] = l[r] * alpha + exp_row(sr, m_new);
+          if (m_new == kNegInf) {  // nothing visible yet: the row's acc stays 0
+            alpha[r] = 1.0f;
+            std::memset(pb + r * kBk, 0, sizeof(uint16_t) * kBk);
+            continue;
+          }
+          alpha[r] = fast_exp(m[r] - m_new);
+          l[r] = l[r] * alpha[r] + exp_row(sr, m_new);
           m[r] = m_new;
-          round_row(sr, pb);
-          accumulate_row_bf16(pb, vk, (nk + 1) / 2, alpha, acc.data() + r * kDh);
+          round_row(sr, pb + r * kBk);
         }
+        accumulate_tile_bf16(pb, kv.tile(kv.v_key, g, b, kh, j0 / kBk), nq, (nk + 1) / 2, alpha, acc.data());
       }
       for (int64_t r = 0; r < nq; ++r) {
         const int64_t o = ((b * g.T + i0 + r) * g.H + h) * kDh;
@@ -333,7 +357,9 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
     float* dva = dv_acc.data() + omp_get_thread_num() * kv_elems;
     std::vector<uint32_t> qt(kDh * tpairs), dot(kDh * tpairs), ds_pairs(kBq / 2 * kBk), p_pairs(kBq / 2 * kBk);
     std::vector<float> dqa(g.T * kDh), dvec(g.T), lrow(g.T), s(kBq * kBk), dp(kBq * kBk);
-    alignas(64) uint16_t dsb[kBk];
+    alignas(64) uint16_t dsb[kBq * kBk];  // the tile's ds in bf16
+    float ones[kBq];
+    std::fill(ones, ones + kBq, 1.0f);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < g.B * g.H; ++task) {
       const int64_t h = task % g.H, b = task / g.H, kh = h / g.G;
@@ -372,9 +398,9 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
             const float lr = lrow[i0 + r] == kNegInf ? std::numeric_limits<float>::infinity() : lrow[i0 + r];
             float* dpr = dp.data() + r * kBk;
             exp_row_ds(s.data() + r * kBk, dpr, lr, dvec[i0 + r]);  // s = p, dp = ds (without the scale)
-            round_row(dpr, dsb);
-            accumulate_row_bf16(dsb, kk, (nk + 1) / 2, 1.0f, dqa.data() + (i0 + r) * kDh);
+            round_row(dpr, dsb + r * kBk);
           }
+          accumulate_tile_bf16(dsb, kk, nq, (nk + 1) / 2, ones, dqa.data() + i0 * kDh);
           const int64_t pairs = (nq + 1) / 2;
           row_pairs(dp.data(), nq, ds_pairs.data());
           row_pairs(s.data(), nq, p_pairs.data());
