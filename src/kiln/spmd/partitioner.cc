@@ -9,6 +9,7 @@
 #include "kiln/ops/builder.h"
 #include "kiln/ops/registry.h"
 #include "kiln/passes/registry.h"
+#include "kiln/spmd/ragged_exchange.h"
 #include "kiln/spmd/batch_tuple_ops.h"
 
 namespace kiln::spmd {
@@ -203,8 +204,27 @@ class Partitioner {
       auto it = specs_.find(&instr);
       if (it != specs_.end() && !it->second.dims[0].empty()) return lower_batch_tuple(instr, *rule, it->second.dims[0]);
     }
+    if (instr.opcode() == Opcode::kRaggedAllToAll) {
+      const Spec& s = specs_.at(&instr);
+      if (std::optional<Axes> axes = ragged_exchange_axes(instr, s.dims[0], mesh_)) return lower_ragged(instr, s, *axes);
+    }
     if (has_passthrough(instr)) return lower_passthrough(instr);
     return lower_replicated(instr);
+  }
+
+  // The per-device exchange: each device sends its own entry's rows (ragged_exchange.h).
+  Result<Local> lower_ragged(const Instr& instr, const Spec& spec, const Axes& axes) {
+    Spec entries = Spec::replicated(instr.operand(1)->shape().rank());
+    entries.dims[0] = spec.dims[0];
+    Spec rows = Spec::replicated(instr.operand(0)->shape().rank());
+    rows.dims[0] = spec.dims[0];
+    ir::Attrs attrs = instr.attrs();
+    attrs.set("mesh_axes", fmt::format("{}", fmt::join(axes, ",")));
+    KILN_ASSIGN_OR_RETURN(Instr * y, b_->try_emit(instr.opcode(),
+                                                  {reshard(value_of(instr.operand(0)), rows),
+                                                   reshard(value_of(instr.operand(1)), entries)},
+                                                  attrs));
+    return Local{y, spec};
   }
 
   // Every operand gathered, the op computed on whole values.
@@ -351,6 +371,9 @@ std::map<std::string, CollectiveStats> count_collectives(const ir::Module& modul
       case Opcode::kAllGather: bytes = instr->shape().byte_size(); break;  // what arrives
       case Opcode::kReduceScatter:
       case Opcode::kAllReduce: bytes = instr->operand(0)->shape().byte_size(); break;  // what is summed
+      case Opcode::kRaggedAllToAll:  // the worst case: its whole buffer
+        bytes = std::max(instr->operand(0)->shape().byte_size(), instr->shape().byte_size());
+        break;
       default: continue;
     }
     CollectiveStats& s = stats[std::string(ir::opcode_name(instr->opcode()))];

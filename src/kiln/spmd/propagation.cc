@@ -4,6 +4,7 @@
 
 #include "kiln/base/check.h"
 #include "kiln/ops/registry.h"
+#include "kiln/spmd/ragged_exchange.h"
 #include "kiln/spmd/batch_tuple_ops.h"
 
 namespace kiln::spmd {
@@ -106,6 +107,12 @@ class Propagator {
   // The result split implied by the operands (nullopt: undecided).
   std::optional<Spec> forward(const Instr& instr) {
     int rank = instr.shape().rank();
+    if (instr.opcode() == Opcode::kRaggedAllToAll) {  // one entry per device: an exchange (ragged_exchange.h)
+      auto x = specs.find(instr.operand(0));
+      if (x != specs.end() && ragged_exchange_axes(instr, x->second.dims[0], mesh_)) {
+        return ragged_exchange_spec(instr, x->second.dims[0]);
+      }
+    }
     if (instr.opcode() == Opcode::kGetTupleElement) {
       if (std::optional<BatchTupleRule> rule = batch_tuple_rule(*instr.operand(0))) {
         auto it = specs.find(instr.operand(0));

@@ -41,5 +41,6 @@ std::vector<NativeKernelEntry> gemm_kernels();
 std::vector<NativeKernelEntry> attention_kernels();
 std::vector<NativeKernelEntry> grouped_matmul_kernels();
 std::vector<NativeKernelEntry> collective_kernels();
+std::vector<NativeKernelEntry> ragged_all_to_all_kernels();
 
 }  // namespace kiln::backend::cpu
