@@ -3,7 +3,10 @@
 // lines stay MaxText's). The multi-process run is tested by mpi_training_run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "kiln/train/metrics.h"
+#include "kiln/train/observability.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::train {
@@ -29,7 +33,24 @@ TEST(CollectiveWait, ConsoleAndJsonCarryItOnlyWithCollectives) {
   EXPECT_NE(json.find("\"collective_wait_s\": 0.0125, \"expert_load\""), std::string::npos) << json;
 }
 
-// Two virtual devices (fsdp=2): every step reports a wait between 0 and its step time.
+// TensorBoard carries every number of the console line: collective_wait only where the
+// line has it.
+TEST(CollectiveWait, TensorBoardCarriesItOnlyWithCollectives) {
+  StepRecord r;
+  auto has_wait = [](const std::vector<Scalar>& s) {
+    return std::count_if(s.begin(), s.end(), [](const Scalar& x) { return x.tag == "perf/collective_wait_seconds"; });
+  };
+  EXPECT_EQ(has_wait(tensorboard_scalars(r)), 0);
+  r.collective_wait_s = 0.0125;
+  const std::vector<Scalar> s = tensorboard_scalars(r);
+  ASSERT_EQ(has_wait(s), 1);
+  for (const Scalar& x : s) {
+    if (x.tag == "perf/collective_wait_seconds") EXPECT_FLOAT_EQ(x.value, 0.0125f);
+  }
+}
+
+// Two virtual devices (fsdp=2): every step reports a wait between 0 and its step time, in
+// the history and in the TensorBoard event file.
 TEST(CollectiveWait, ShardedStepsReportIt) {
   std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / "kiln_collective_wait";
   std::filesystem::remove_all(out);
@@ -38,7 +59,7 @@ TEST(CollectiveWait, ShardedStepsReportIt) {
                   "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
                   "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
                   "max_target_length=8", "per_device_batch_size=1", "local_devices=2", "ici_fsdp_parallelism=2",
-                  "steps=2", "executor=interpreter", "enable_checkpointing=false", "enable_tensorboard=false",
+                  "steps=2", "executor=interpreter", "enable_checkpointing=false", "enable_tensorboard=true",
                   "run_name=wait", "base_output_directory=" + out.string()};
   auto cfg = config::load(lo);
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
@@ -55,6 +76,18 @@ TEST(CollectiveWait, ShardedStepsReportIt) {
     EXPECT_GE(r.collective_wait_s, 0.0);
     EXPECT_LE(r.collective_wait_s, r.step_time_s);
   }
+  // The tag is in the event file (the record format itself is checked by observability_run).
+  std::string events;
+  for (const auto& f : std::filesystem::directory_iterator(out / "wait" / "tensorboard")) {
+    std::ifstream in(f.path(), std::ios::binary);
+    events.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  size_t tags = 0;
+  for (size_t at = events.find("perf/collective_wait_seconds"); at != std::string::npos;
+       at = events.find("perf/collective_wait_seconds", at + 1)) {
+    ++tags;
+  }
+  EXPECT_EQ(tags, 2u) << "one collective_wait scalar per step";
   std::filesystem::remove_all(out);
 }
 

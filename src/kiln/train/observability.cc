@@ -60,13 +60,13 @@ Status RunObserver::step_end(const StepRecord& r, int64_t begin_ns, int64_t end_
   return ok_status();
 }
 
-Status RunObserver::write_tensorboard(const StepRecord& r) {
-  if (!tensorboard_.is_open()) return ok_status();
+std::vector<Scalar> tensorboard_scalars(const StepRecord& r) {
   // MaxText's TensorBoard tags (metric_logger), plus Kiln's MFU and expert load.
   std::vector<Scalar> s = {
       {"learning/loss", static_cast<float>(r.loss)},
       {"learning/lm_loss", static_cast<float>(r.lm_loss)},
       {"learning/moe_lb_loss", static_cast<float>(r.moe_lb_loss)},
+      {"learning/z_loss", static_cast<float>(r.z_loss)},
       {"learning/grad_norm", static_cast<float>(r.grad_norm)},
       {"learning/raw_grad_norm", static_cast<float>(r.raw_grad_norm)},
       {"learning/param_norm", static_cast<float>(r.param_norm)},
@@ -78,6 +78,9 @@ Status RunObserver::write_tensorboard(const StepRecord& r) {
       {"perf/per_device_tflops_per_sec", static_cast<float>(r.tflops_per_s_per_device)},
       {"perf/mfu", static_cast<float>(r.mfu)},
   };
+  // Only where the console line has it (a mesh of several devices): one device has no
+  // collectives, and a flat zero curve would read as "perfectly overlapped".
+  if (r.collective_wait_s >= 0) s.push_back({"perf/collective_wait_seconds", static_cast<float>(r.collective_wait_s)});
   // Per MoE layer: max and mean (token, expert) pairs per expert, dropped pairs, and the
   // imbalance max/mean (1 = perfectly balanced).
   for (size_t i = 0; i + 2 < r.expert_load.size(); i += 3) {
@@ -88,6 +91,12 @@ Status RunObserver::write_tensorboard(const StepRecord& r) {
     s.push_back({layer + "dropped", static_cast<float>(r.expert_load[i + 2])});
     s.push_back({layer + "load_imbalance", static_cast<float>(mean > 0 ? max / mean : 0.0)});
   }
+  return s;
+}
+
+Status RunObserver::write_tensorboard(const StepRecord& r) {
+  if (!tensorboard_.is_open()) return ok_status();
+  const std::vector<Scalar> s = tensorboard_scalars(r);
   KILN_RETURN_IF_ERROR(tensorboard_.add(r.step, s));
   if (++pending_ >= log_period_) {
     pending_ = 0;

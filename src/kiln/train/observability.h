@@ -25,6 +25,10 @@
 
 namespace kiln::train {
 
+// The scalars of one step's TensorBoard event: every number of the console line (and
+// z_loss, param_norm from metrics.jsonl) under MaxText's tags where MaxText has the metric.
+std::vector<Scalar> tensorboard_scalars(const StepRecord& r);
+
 class RunObserver {
  public:
   struct Options {
