@@ -1,5 +1,7 @@
 #include "kiln/interp/interpreter.h"
+#include "kiln/interp/instruction_hook.h"
 
+#include <chrono>
 #include <unordered_map>
 
 #include "kiln/base/check.h"
@@ -7,7 +9,15 @@
 
 namespace kiln::interp {
 
-Result<ir::Literal> evaluate(const ir::Computation& computation, std::span<const ir::Literal> args) {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<ir::Literal> evaluate_hooked(const ir::Computation& computation, std::span<const ir::Literal> args,
+                                    const InstructionHook& hook) {
   if (static_cast<int>(args.size()) != computation.num_params()) {
     return invalid_argument("@{} takes {} arguments, got {}", computation.name(), computation.num_params(), args.size());
   }
@@ -38,7 +48,9 @@ Result<ir::Literal> evaluate(const ir::Computation& computation, std::span<const
       default: {
         operand_values.clear();
         for (const ir::Instr* o : instr.operands()) operand_values.push_back(&values.at(o));
+        const int64_t begin_ns = hook ? now_ns() : 0;
         ir::Literal result = ops::op_def(instr.opcode()).eval(instr, operand_values);
+        if (hook) hook(instr, begin_ns, now_ns());
         KILN_CHECK(result.shape() == instr.shape())
             << "evaluation produced " << result.shape().to_string() << " for " << instr.to_string();
         values[&instr] = std::move(result);
@@ -51,10 +63,21 @@ Result<ir::Literal> evaluate(const ir::Computation& computation, std::span<const
   return std::move(values.at(computation.root()));
 }
 
-Result<std::vector<ir::Literal>> run(const ir::Module& module, std::span<const ir::Literal> args) {
-  KILN_ASSIGN_OR_RETURN(ir::Literal root, evaluate(*module.entry(), args));
+}  // namespace
+
+Result<ir::Literal> evaluate(const ir::Computation& computation, std::span<const ir::Literal> args) {
+  return evaluate_hooked(computation, args, nullptr);
+}
+
+Result<std::vector<ir::Literal>> run_with_hook(const ir::Module& module, std::span<const ir::Literal> args,
+                                               const InstructionHook& hook) {
+  KILN_ASSIGN_OR_RETURN(ir::Literal root, evaluate_hooked(*module.entry(), args, hook));
   if (!root.shape().is_tuple()) return std::vector<ir::Literal>{std::move(root)};
   return root.elements();
+}
+
+Result<std::vector<ir::Literal>> run(const ir::Module& module, std::span<const ir::Literal> args) {
+  return run_with_hook(module, args, nullptr);
 }
 
 }  // namespace kiln::interp

@@ -1,6 +1,7 @@
 #include "kiln/train/step_runner.h"
 
 #include "kiln/base/check.h"
+#include "kiln/interp/instruction_hook.h"
 #include "kiln/interp/interpreter.h"
 
 namespace kiln::train {
@@ -13,7 +14,13 @@ class InterpreterRunner : public StepRunner {
       : program_(program), args_(static_cast<size_t>(program.num_args())) {}
   void set_arg(int64_t index, const ir::Literal& value) override { args_[index] = value; }
   Status run() override {
-    KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> outputs, interp::run(*program_.module, args_));
+    interp::InstructionHook hook;
+    if (observer_ != nullptr) {
+      hook = [o = observer_](const ir::Instr& instr, int64_t begin_ns, int64_t end_ns) {
+        o->on_instruction(instr, begin_ns, end_ns);
+      };
+    }
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> outputs, interp::run_with_hook(*program_.module, args_, hook));
     KILN_CHECK(static_cast<int64_t>(outputs.size()) == program_.num_outputs());
     for (int64_t i = 0; i < program_.num_state(); ++i) args_[i] = std::move(outputs[i]);
     metrics_.clear();
@@ -26,11 +33,15 @@ class InterpreterRunner : public StepRunner {
   double metric(StepMetric m) const override { return metrics_.at(static_cast<size_t>(m)); }
   ir::Literal arg(int64_t index) const override { return args_[index]; }
   const char* name() const override { return "reference interpreter"; }
+  // Per-instruction spans from the interpreter's hook: the same events as the compiled
+  // executable's, over the unoptimized program (no fusions; every op is its own span).
+  void set_observer(backend::InstructionObserver* observer) override { observer_ = observer; }
 
  private:
   const StepProgram& program_;
   std::vector<ir::Literal> args_;
   std::vector<double> metrics_;
+  backend::InstructionObserver* observer_ = nullptr;
 };
 
 class CompiledRunner : public StepRunner {
