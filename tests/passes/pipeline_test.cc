@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -105,6 +106,28 @@ ENTRY computation @main {
   auto again = p.run(*module);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(*again);
+}
+
+// KILN_PASS_TIMING=1: one stderr line with every pass's total time and number of runs (the
+// fixed-point group runs simplify, cse and dce twice here: once changing, once to confirm).
+TEST(Pipeline, PassTimingPrintsEveryPassWithItsRuns) {
+  auto module = parse();
+  Pipeline p = default_pipeline({});
+  setenv("KILN_PASS_TIMING", "1", 1);
+  ::testing::internal::CaptureStderr();
+  auto changed = p.run(*module);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  unsetenv("KILN_PASS_TIMING");
+  ASSERT_TRUE(changed.ok());
+  EXPECT_THAT(err, HasSubstr("pass timing: "));
+  EXPECT_THAT(err, HasSubstr(" over 10 instructions in: "));
+  EXPECT_THAT(err, ::testing::ContainsRegex("simplify [0-9.]+ ms/2"));
+  EXPECT_THAT(err, ::testing::ContainsRegex("cse [0-9.]+ ms/2"));
+  EXPECT_THAT(err, ::testing::ContainsRegex("dce [0-9.]+ ms/3"));  // once before the group
+  // Off by default.
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(p.run(*parse()).ok());
+  EXPECT_EQ(::testing::internal::GetCapturedStderr().find("pass timing"), std::string::npos);
 }
 
 TEST(Pipeline, FixedPointGroupThatNeverConvergesHitsTheCap) {

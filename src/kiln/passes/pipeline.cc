@@ -1,8 +1,14 @@
 #include "kiln/passes/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -89,7 +95,54 @@ Result<bool> Pipeline::run_pass(Pass& pass, ir::Module& module) {
   return changed;
 }
 
+namespace {
+
+// KILN_PASS_TIMING=1: one stderr line per pipeline run with each pass's total time (all its
+// runs, fixed-point iterations included, with the re-sorting and checks around it), the
+// slowest first: where compile time goes as the model grows.
+struct PassTimes {
+  std::vector<std::string> order;
+  std::unordered_map<std::string, std::pair<double, int>> ms_runs;
+  void add(std::string_view pass, double ms) {
+    auto [it, inserted] = ms_runs.try_emplace(std::string(pass), 0.0, 0);
+    if (inserted) order.push_back(it->first);
+    it->second.first += ms, ++it->second.second;
+  }
+  void print(int64_t instructions) const {
+    std::vector<std::string> names = order;
+    std::stable_sort(names.begin(), names.end(),
+                     [&](const auto& a, const auto& b) { return ms_runs.at(a).first > ms_runs.at(b).first; });
+    double total = 0;
+    std::string parts;
+    for (const std::string& n : names) {
+      const auto& [ms, runs] = ms_runs.at(n);
+      total += ms;
+      parts += fmt::format("{}{} {:.1f} ms/{}", parts.empty() ? "" : ", ", n, ms, runs);
+    }
+    std::fprintf(stderr, "pass timing: %.1f ms over %lld instructions in: %s (ms/runs)\n", total,
+                 static_cast<long long>(instructions), parts.c_str());
+  }
+};
+
+bool pass_timing_on() {
+  const char* env = std::getenv("KILN_PASS_TIMING");
+  return env != nullptr && *env != '\0' && std::string_view(env) != "0";
+}
+
+}  // namespace
+
 Result<bool> Pipeline::run(ir::Module& module) {
+  std::optional<PassTimes> times;
+  if (pass_timing_on()) times.emplace();
+  const int64_t instructions_in = module.instruction_count();
+  auto run_timed = [&](Pass& pass) -> Result<bool> {
+    auto start = std::chrono::steady_clock::now();
+    Result<bool> r = run_pass(pass, module);
+    if (times) {
+      times->add(pass.name(), std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    return r;
+  };
   dump_index_ = 0;
   if (options_.verify_each) {
     Status s = ops::verify(module);
@@ -99,7 +152,7 @@ Result<bool> Pipeline::run(ir::Module& module) {
   bool changed = false;
   for (Stage& stage : stages_) {
     if (!stage.fixed_point) {
-      KILN_ASSIGN_OR_RETURN(bool c, run_pass(*stage.passes[0], module));
+      KILN_ASSIGN_OR_RETURN(bool c, run_timed(*stage.passes[0]));
       changed = changed || c;
       continue;
     }
@@ -108,7 +161,7 @@ Result<bool> Pipeline::run(ir::Module& module) {
     for (int iteration = 1; iteration <= options_.max_fixed_point_iterations; ++iteration) {
       last_changed.clear();
       for (auto& pass : stage.passes) {
-        KILN_ASSIGN_OR_RETURN(bool c, run_pass(*pass, module));
+        KILN_ASSIGN_OR_RETURN(bool c, run_timed(*pass));
         if (c) last_changed.emplace_back(pass->name());
       }
       if (last_changed.empty()) {
@@ -129,6 +182,7 @@ Result<bool> Pipeline::run(ir::Module& module) {
       KILN_LOG(WARNING) << message;
     }
   }
+  if (times) times->print(instructions_in);
   return changed;
 }
 
