@@ -1,7 +1,7 @@
 // kiln convert --from hf --to kiln IN OUT | --from kiln --to hf IN OUT: GPT-OSS weights
 // between the Hugging Face layout (config.json + model*.safetensors, with
 // model.safetensors.index.json for several shards; MXFP4 expert blocks are dequantized to
-// bf16) and a Kiln checkpoint (parameters only,
+// bf16; export splits files larger than --max_shard_size the same way) and a Kiln checkpoint (parameters only,
 // written as OUT/0/, so load_parameters_path=OUT starts a run from them). Mapping:
 // kiln/checkpoint/hf_gpt_oss.h.
 #include <filesystem>
@@ -15,6 +15,7 @@
 #include "command.h"
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/checkpoint/hf_gpt_oss.h"
+#include "kiln/checkpoint/hf_shards.h"
 #include "kiln/checkpoint/mxfp4.h"
 #include "kiln/checkpoint/safetensors.h"
 #include "kiln/base/progress.h"
@@ -42,17 +43,36 @@ Status hf_to_kiln(const fs::path& in, const fs::path& out) {
   if (fs::exists(in / "model.safetensors.index.json")) {
     KILN_ASSIGN_OR_RETURN(nlohmann::json index, read_json(in / "model.safetensors.index.json"));
     std::set<std::string> unique;
-    for (const auto& [name, file] : index.value("weight_map", nlohmann::json::object()).items()) {
+    // A named copy: items() of the temporary value() returns would dangle.
+    const nlohmann::json weight_map = index.value("weight_map", nlohmann::json::object());
+    for (const auto& [name, file] : weight_map.items()) {
+      if (!file.is_string()) return invalid_argument("{}: weight_map[{}] is not a file name", (in / "model.safetensors.index.json").string(), name);
       unique.insert(file.get<std::string>());
     }
     files.assign(unique.begin(), unique.end());
   } else {
     files.push_back("model.safetensors");
   }
-  std::vector<std::string> paths;
-  for (const std::string& f : files) paths.push_back((in / f).string());
-  // MXFP4 expert blocks (as on the hub) are dequantized to bf16 while reading.
-  KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap hf, checkpoint::read_hf_tensors(paths));
+  // MXFP4 expert blocks (as on the hub) are dequantized to bf16 while reading; progress by
+  // file bytes (a released GPT-OSS is tens of GB).
+  int64_t total_bytes = 0;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const auto size = fs::file_size(in / f, ec);
+    if (!ec) total_bytes += static_cast<int64_t>(size);
+  }
+  Progress reading("read " + in.string(), total_bytes, Progress::Unit::kBytes);
+  checkpoint::TensorMap hf;
+  for (const std::string& f : files) {
+    KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap part, checkpoint::read_hf_tensors({(in / f).string()}));
+    for (auto& [name, t] : part) {
+      if (!hf.emplace(name, std::move(t)).second) return invalid_argument("{}: tensor {} appears in two files", in.string(), name);
+    }
+    std::error_code ec;
+    const auto size = fs::file_size(in / f, ec);
+    reading.advance(ec ? 0 : static_cast<int64_t>(size));
+  }
+  reading.finish();
   KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap kiln, checkpoint::gpt_oss_from_hf(hf, config["num_attention_heads"].get<int64_t>()));
   checkpoint::CheckpointState state;
   state.step = 0;
@@ -65,7 +85,7 @@ Status hf_to_kiln(const fs::path& in, const fs::path& out) {
   return ok_status();
 }
 
-Status kiln_to_hf(const fs::path& in, const fs::path& out) {
+Status kiln_to_hf(const fs::path& in, const fs::path& out, int64_t max_shard_size) {
   KILN_ASSIGN_OR_RETURN(std::string dir, checkpoint::resolve_step_dir(in.string()));
   // Only the parameters are read (any saved layout: pieces are assembled into global tensors).
   KILN_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::open(dir));
@@ -86,9 +106,15 @@ Status kiln_to_hf(const fs::path& in, const fs::path& out) {
   if (ec) return io_error("creating {}: {}", out.string(), ec.message());
   std::vector<checkpoint::NamedTensor> named;
   for (const auto& [name, t] : hf) named.emplace_back(name, &t);
-  KILN_RETURN_IF_ERROR(checkpoint::write_safetensors((out / "model.safetensors").string(), named, {{"format", "pt"}}));
+  Progress writing("write " + out.string(), param_bytes, Progress::Unit::kBytes);
+  KILN_ASSIGN_OR_RETURN(checkpoint::ShardPlan plan,
+                        checkpoint::write_hf_safetensors(out.string(), named, max_shard_size,
+                                                         [&](int64_t bytes) { writing.advance(bytes); }));
+  writing.finish();
   std::ofstream(out / "config.json") << config.dump(2) << "\n";
-  fmt::print("wrote {} Hugging Face tensors of step {} to {}\n", hf.size(), reader.step(), out.string());
+  fmt::print("wrote {} Hugging Face tensors of step {} to {} ({})\n", hf.size(), reader.step(), out.string(),
+             plan.files.size() == 1 ? std::string("model.safetensors")
+                                    : fmt::format("{} files and model.safetensors.index.json", plan.files.size()));
   return ok_status();
 }
 
@@ -97,15 +123,21 @@ Status kiln_to_hf(const fs::path& in, const fs::path& out) {
 std::function<int()> add_convert_command(CLI::App& cmd) {
   struct Args {
     std::string from, to, in, out;
+    std::string max_shard_size = "5GB";
   };
   auto args = std::make_shared<Args>();
   cmd.add_option("--from", args->from, "hf or kiln")->required()->check(CLI::IsMember({"hf", "kiln"}));
   cmd.add_option("--to", args->to, "kiln or hf")->required()->check(CLI::IsMember({"hf", "kiln"}));
   cmd.add_option("input", args->in, "input directory")->required();
   cmd.add_option("output", args->out, "output directory")->required();
+  cmd.add_option("--max_shard_size", args->max_shard_size,
+                 "--to hf: split the weights into files of at most this size, with model.safetensors.index.json "
+                 "(5GB, 500MB, 2GiB, bytes; default 5GB, as Hugging Face)");
   return [args]() -> int {
     if (args->from == args->to) return report_error(invalid_argument("--from and --to are both {}", args->from));
-    Status st = args->from == "hf" ? hf_to_kiln(args->in, args->out) : kiln_to_hf(args->in, args->out);
+    Result<int64_t> max_shard = checkpoint::parse_shard_size("--max_shard_size", args->max_shard_size);
+    if (!max_shard.ok()) return report_error(max_shard.status());
+    Status st = args->from == "hf" ? hf_to_kiln(args->in, args->out) : kiln_to_hf(args->in, args->out, *max_shard);
     return st.ok() ? kExitOk : report_error(st);
   };
 }

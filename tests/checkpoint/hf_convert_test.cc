@@ -1,6 +1,7 @@
 // GPT-OSS weights between Kiln and Hugging Face: exported names and shapes are the spec's
 // (§1.1) for a small GPT-OSS, gate/up interleave as even/odd columns, and
-// Kiln -> HF -> Kiln and HF -> Kiln -> HF are bit-exact; `kiln convert` round-trips files.
+// Kiln -> HF -> Kiln and HF -> Kiln -> HF are bit-exact; `kiln convert` round-trips files,
+// split over several files with model.safetensors.index.json past --max_shard_size.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -9,11 +10,15 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "kiln/base/check.h"
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/checkpoint/hf_gpt_oss.h"
+#include "kiln/checkpoint/hf_shards.h"
 #include "kiln/checkpoint/safetensors.h"
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
@@ -150,6 +155,77 @@ TEST(KilnConvert, HfToKilnToHfFilesRoundTrip) {
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   expect_same(*hf, back->tensors);
   EXPECT_TRUE(fs::exists(dir / "hf2" / "config.json"));
+}
+
+TEST(HfShards, PlanSplitsInOrderAndGivesAnOversizedTensorItsOwnFile) {
+  ShardPlan one = plan_hf_shards({10, 20, 30}, 100);
+  EXPECT_EQ(one.files, (std::vector<std::string>{"model.safetensors"}));
+  ShardPlan plan = plan_hf_shards({40, 40, 40, 150, 10}, 100);
+  EXPECT_EQ(plan.files, (std::vector<std::string>{"model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
+                                                  "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors"}));
+  EXPECT_EQ(plan.members, (std::vector<std::vector<size_t>>{{0, 1}, {2}, {3}, {4}}));
+  EXPECT_EQ(*parse_shard_size("k", "5GB"), 5000000000);
+  EXPECT_EQ(*parse_shard_size("k", "2GiB"), int64_t{2} << 30);
+  EXPECT_EQ(*parse_shard_size("k", "4096"), 4096);
+  Result<int64_t> bad = parse_shard_size("--max_shard_size", "5 GB");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--max_shard_size=5 GB"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(parse_shard_size("k", "0MB").ok());
+  EXPECT_FALSE(parse_shard_size("k", "GB").ok());
+}
+
+// A tiny --max_shard_size splits the export over several files with the index Hugging Face
+// reads (every tensor in exactly one named file, total_size the sum), and importing that
+// directory gives back the same parameters, bit for bit.
+TEST(KilnConvert, ExportLargerThanMaxShardSizeWritesAnIndexAndImportsBack) {
+  fs::path dir = fs::path(::testing::TempDir()) / "kiln_hf_convert_sharded";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "hf");
+  auto hf = gpt_oss_to_hf(random_kiln_params(7));
+  ASSERT_TRUE(hf.ok());
+  std::vector<NamedTensor> named;
+  int64_t total = 0;
+  for (const auto& [name, t] : *hf) {
+    named.emplace_back(name, &t);
+    total += t.shape().byte_size();
+  }
+  ASSERT_TRUE(write_safetensors((dir / "hf" / "model.safetensors").string(), named).ok());
+  std::ofstream(dir / "hf" / "config.json") << R"({"num_attention_heads": 4})";
+  const std::string bin = KILN_BINARY;
+  auto sh = [&](const std::string& args) {
+    const std::string cmd = "KILN_PROGRESS=off " + bin + " convert " + args + " > /dev/null";
+    return std::system(cmd.c_str());
+  };
+  ASSERT_EQ(sh("--from hf --to kiln " + (dir / "hf").string() + " " + (dir / "kiln").string()), 0);
+  ASSERT_EQ(sh("--from kiln --to hf --max_shard_size=20KB " + (dir / "kiln").string() + " " + (dir / "hf2").string()), 0);
+  EXPECT_FALSE(fs::exists(dir / "hf2" / "model.safetensors"));
+  std::ifstream in(dir / "hf2" / "model.safetensors.index.json");
+  ASSERT_TRUE(in.good());
+  nlohmann::json index = nlohmann::json::parse(in);
+  EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total);
+  std::set<std::string> files;
+  TensorMap back;
+  for (const auto& [name, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+  EXPECT_GE(files.size(), 3u) << "the small model is " << total << " bytes";
+  for (const std::string& f : files) {
+    auto part = read_safetensors((dir / "hf2" / f).string());
+    ASSERT_TRUE(part.ok()) << part.status().to_string();
+    EXPECT_LE(fs::file_size(dir / "hf2" / f), 20000u + 4096u) << f;  // + header; no tensor here is over 20 KB
+    for (auto& [name, t] : part->tensors) {
+      EXPECT_EQ(index["weight_map"][name], f) << name;
+      back[name] = t;
+    }
+  }
+  expect_same(*hf, back);
+  // The sharded directory imports (through the index) to the same Kiln parameters.
+  ASSERT_EQ(sh("--from hf --to kiln " + (dir / "hf2").string() + " " + (dir / "kiln2").string()), 0);
+  auto a = load((dir / "kiln" / "0").string()), b = load((dir / "kiln2" / "0").string());
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (size_t i = 0; i < a->tensors.size(); ++i) EXPECT_TRUE(a->tensors[i].shards == b->tensors[i].shards) << a->tensors[i].name;
+  EXPECT_NE(sh("--from kiln --to hf --max_shard_size=lots " + (dir / "kiln").string() + " " + (dir / "hf3").string() +
+               " 2>/dev/null"),
+            0);
 }
 
 }  // namespace
