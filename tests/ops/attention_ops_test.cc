@@ -219,6 +219,9 @@ std::vector<ir::Literal> kernel_args(const ir::Module& module, bool zero_dlse = 
 
 class AttentionKernel : public ::testing::TestWithParam<KernelCase> {};
 
+void expect_near_reference(const KernelCase& c, const std::vector<backend::Buffer>& got,
+                           const std::vector<ir::Literal>& want, const char* mode);
+
 TEST_P(AttentionKernel, EqualsReferenceForwardAndBackward) {
   const KernelCase& c = GetParam();
   auto module = ir::parse_module(kernel_program(c));
@@ -235,18 +238,31 @@ TEST_P(AttentionKernel, EqualsReferenceForwardAndBackward) {
   EXPECT_EQ((*exe)->report().fallback_by_op.count("attention_grad"), 0u) << "the native kernel was not used";
   std::vector<backend::Buffer> buffers;
   for (const auto& a : args) buffers.push_back(backend::Buffer::from_literal(a));
-  auto got = (*exe)->run(buffers);
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
-  ASSERT_EQ(got->size(), want->size());
+  // bf16 inputs run twice: on the bf16 dot-product kernels (where the CPU has AVX512-BF16)
+  // and on the f32 kernels they fall back to (KILN_ATTENTION_BF16_DOTS=0).
+  for (const char* dots : {"1", "0"}) {
+    if (c.dtype != ir::DType::kBF16 && dots[0] == '0') break;
+    setenv("KILN_ATTENTION_BF16_DOTS", dots, 1);
+    auto got = (*exe)->run(buffers);
+    unsetenv("KILN_ATTENTION_BF16_DOTS");
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    expect_near_reference(c, *got, *want, dots);
+  }
+}
+
+// Compares every result with the reference (`mode` names the kernel path in messages).
+void expect_near_reference(const KernelCase& c, const std::vector<backend::Buffer>& got,
+                           const std::vector<ir::Literal>& want, const char* mode) {
+  ASSERT_EQ(got.size(), want.size());
   // f32: the reference rounds each op to f32 but sums in double; the kernel sums hundreds
   // of f32 terms in another order with a polynomial exp (~2e-7): 1e-4 of the largest entry.
   // bf16 inputs: results carry 8 significand bits, and the bf16 dot-product kernels round p
   // and ds to bf16 before their products (relative 2^-9 each), so the f32 results derived
   // from them (lse, dsinks through out) carry bf16-level error too: 2e-2.
   const char* names[] = {"out", "lse", "dq", "dk", "dv", "dsinks"};
-  for (size_t i = 0; i < want->size(); ++i) {
-    ir::Literal g = (*got)[i].to_literal();
-    const ir::Literal& w = (*want)[i];
+  for (size_t i = 0; i < want.size(); ++i) {
+    ir::Literal g = got[i].to_literal();
+    const ir::Literal& w = want[i];
     double scale = 0;
     for (double x : w.values()) {
       if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
@@ -256,14 +272,14 @@ TEST_P(AttentionKernel, EqualsReferenceForwardAndBackward) {
     for (int64_t j = 0; j < w.shape().num_elements(); ++j) {
       if (std::isfinite(w.at(j))) worst = std::max(worst, std::fabs(g.at(j) - w.at(j)));
     }
-    std::printf("%s %s: max |error| %.3g = %.2g of the largest entry\n", c.name.c_str(), names[i], worst,
-                worst / std::max(scale, 1e-3));
+    std::printf("%s (bf16 dots %s) %s: max |error| %.3g = %.2g of the largest entry\n", c.name.c_str(), mode, names[i],
+                worst, worst / std::max(scale, 1e-3));
     for (int64_t j = 0; j < w.shape().num_elements(); ++j) {
       if (std::isinf(w.at(j))) {
         ASSERT_EQ(g.at(j), w.at(j)) << names[i] << "[" << j << "]";
         continue;
       }
-      ASSERT_NEAR(g.at(j), w.at(j), tol) << names[i] << "[" << j << "] of " << c.name;
+      ASSERT_NEAR(g.at(j), w.at(j), tol) << names[i] << "[" << j << "] of " << c.name << ", bf16 dots " << mode;
     }
   }
 }
