@@ -2,8 +2,9 @@
 """Multi-process training: `mpirun -np 2 kiln train ... local_devices=2` on the mesh
 ici_fsdp_parallelism=2 ici_expert_parallelism=2 (4 devices over 2 ranks) gives the per-step
 losses of the one-device run (metrics.jsonl, 1e-4 relative: float32 sums in another order),
-rank 0 alone prints and writes, the checkpoint it saves (arg() gathers over both ranks) holds
-the global tensors, a resume under MPI continues from it, collective_wait is reported, and an
+rank 0 alone prints and writes the metrics, each rank writes the checkpoint shards its devices
+own (rank 0 commits the manifest), a resume under MPI continues from it and a one-device run
+resumes from it with the same losses, collective_wait is reported, and an
 error on rank 0 alone ends the whole job at once. gpt-oss-tiny shrunk as in
 sharded_training_test.cc.
 
@@ -72,10 +73,24 @@ def main():
         if args.losses_only:
             print(f"ok: losses {[r['loss'] for r in mpi]} (one device {[r['loss'] for r in one]})")
             return
-        # Checkpoints of steps 2 and 4, written once (by rank 0) with the global tensors.
+        # Checkpoints of steps 2 and 4: each rank wrote its devices' shards (rank 1 holds
+        # devices 2 and 3), the manifest names the mesh and every piece's writer.
         ckpt = os.path.join(out, "mpi", "checkpoints")
         saved = sorted(d for d in os.listdir(ckpt) if d.isdigit())
         assert saved == ["2", "4"], saved
+        files = sorted(os.listdir(os.path.join(ckpt, "4")))
+        assert files == ["manifest.json"] + [f"shard-{d}.safetensors" for d in range(4)], files
+        with open(os.path.join(ckpt, "4", "manifest.json")) as f:
+            manifest = json.load(f)
+        assert manifest["mesh"]["num_devices"] == 4, manifest["mesh"]
+        devices = {p["device"] for t in manifest["tensors"].values() for p in t["pieces"]}
+        assert devices == {0, 1, 2, 3}, devices
+        # The MPI checkpoint of step 4 resumed on one device: steps 4 and 5.
+        run([args.kiln, "train"] + common + ["per_device_batch_size=4", "local_devices=1", "ici_fsdp_parallelism=1",
+                                             "enable_checkpointing=false", "run_name=one_resumed", "steps=6",
+                                             f"load_full_state_path={ckpt}/4"], env)
+        one_resumed = records(os.path.join(out, "one_resumed", "metrics.jsonl"))
+        assert [r["step"] for r in one_resumed] == [4, 5], one_resumed
         # Resume from step 4 with steps=6 under MPI: both ranks restore, two more steps.
         log = run(shlex.split(args.mpirun) + [args.kiln, "train"] + common + [
             "per_device_batch_size=1", "local_devices=2", "ici_fsdp_parallelism=2", "ici_expert_parallelism=2",
@@ -83,6 +98,9 @@ def main():
         assert "restored the full training state of step 4" in log, log
         resumed = [line for line in log.splitlines() if line.startswith("completed step:")]
         assert [line.split(",")[0] for line in resumed] == ["completed step: 4", "completed step: 5"], resumed
+        mpi_resumed = records(os.path.join(out, "mpi", "metrics.jsonl"))[-2:]
+        for a, b in zip(one_resumed, mpi_resumed):
+            assert a["step"] == b["step"] and abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), (a, b)
         # An error on rank 0 alone (its output directory is a file; rank 1 writes nothing) ends
         # the job at once (MpiWorld::abort_job), not after rank 1's collective timeout (120 s).
         blocker = os.path.join(out, "a_file")

@@ -13,9 +13,10 @@ namespace {
 
 class ShardedRunner : public StepRunner {
  public:
-  ShardedRunner(const StepProgram& global, spmd::PartitionResult partition, spmd::Mesh mesh,
+  ShardedRunner(const StepProgram& global, spmd::PartitionResult partition, const config::Mesh& config_mesh,
                 std::shared_ptr<runtime::World> world)
-      : global_(global), partition_(std::move(partition)), mesh_(std::move(mesh)), world_(std::move(world)) {
+      : global_(global), partition_(std::move(partition)), mesh_(spmd::Mesh::from_config(config_mesh)),
+        config_mesh_(config_mesh), world_(std::move(world)) {
     local_.module = std::move(partition_.module);
     local_.num_params = global.num_params;
     local_.decay = global.decay;
@@ -90,6 +91,29 @@ class ShardedRunner : public StepRunner {
   const char* name() const override { return name_.c_str(); }
   const spmd::PartitionResult& partition() const { return partition_; }
 
+  // Checkpoints: each local device's shard as it holds it (the partitioner's layout of the
+  // argument over the configured mesh: the same device numbering as checkpoint/shard_layout.h).
+  Layout layout() const override {
+    return Layout{config_mesh_, world_->first_device(), world_->local_devices(), world_->rank(), world_->num_ranks()};
+  }
+  ir::Sharding arg_sharding(int64_t index) const override { return partition_.param_shardings.at(index); }
+  std::string arg_bytes(int64_t index, int64_t local) const override { return runners_.at(local)->arg_bytes(index, 0); }
+  Status set_arg_bytes(int64_t index, const std::string& bytes, int64_t local) override {
+    return runners_.at(local)->set_arg_bytes(index, bytes, 0);
+  }
+  int64_t broadcast_from_rank0(int64_t value) const override {
+    if (world_->num_ranks() == 1) return value;
+    const int64_t n = world_->local_devices(), total = mesh_.num_devices();
+    std::vector<std::vector<int64_t>> gathered(n, std::vector<int64_t>(total));
+    Status st = runtime::run_on_devices(*world_, [&](int64_t d) -> Status {
+      return world_->device(d).all_gather(all_devices_, &value, sizeof(value), gathered[d].data())->wait();
+    });
+    // As in gather_shards: StepRunner's interface cannot return it, and a rank that is
+    // out of step is fatal anyway.
+    KILN_CHECK(st.ok()) << "broadcasting from rank 0 over the mesh: " << st.to_string();
+    return gathered[0][0];
+  }
+
  private:
   // Every device's shard of argument `index`, in global device order, on every rank: each
   // local device all-gathers its shard's values over the whole mesh (all shards of a tensor
@@ -121,6 +145,7 @@ class ShardedRunner : public StepRunner {
   const StepProgram& global_;
   spmd::PartitionResult partition_;
   spmd::Mesh mesh_;
+  config::Mesh config_mesh_;
   std::shared_ptr<runtime::World> world_;
   runtime::Group all_devices_;  // 0 .. mesh devices - 1
   StepProgram local_;
@@ -183,7 +208,8 @@ Result<std::unique_ptr<StepRunner>> make_sharded_runner(const config::Config& co
                                                         std::shared_ptr<runtime::World> world,
                                                         const ShardedRunnerOptions& options,
                                                         backend::CompileReport* report) {
-  spmd::Mesh mesh = spmd::Mesh::from_config(config.derived().mesh);
+  const config::Mesh& config_mesh = config.derived().mesh;
+  spmd::Mesh mesh = spmd::Mesh::from_config(config_mesh);
   if (world->num_devices() != mesh.num_devices()) {
     return invalid_argument("the mesh {} has {} devices but the runtime has {} ({} rank(s) × {} local devices); set "
                             "local_devices so that ranks × local_devices = the mesh's devices",
@@ -191,7 +217,7 @@ Result<std::unique_ptr<StepRunner>> make_sharded_runner(const config::Config& co
                             world->local_devices());
   }
   KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, partition_step(config, program, params));
-  auto runner = std::make_unique<ShardedRunner>(program, std::move(partition), mesh, std::move(world));
+  auto runner = std::make_unique<ShardedRunner>(program, std::move(partition), config_mesh, std::move(world));
   KILN_RETURN_IF_ERROR(runner->init_runners(options, report));
   return std::unique_ptr<StepRunner>(std::move(runner));
 }

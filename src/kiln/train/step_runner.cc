@@ -1,12 +1,31 @@
 #include "kiln/train/step_runner.h"
 
+#include <cstring>
+
 #include "kiln/base/check.h"
+#include "kiln/checkpoint/safetensors.h"
 #include "kiln/interp/instruction_hook.h"
 #include "kiln/interp/interpreter.h"
 
 namespace kiln::train {
 
+std::string StepRunner::arg_bytes(int64_t index, int64_t local) const {
+  KILN_CHECK(local == 0) << name() << " has one device";
+  return checkpoint::literal_bytes(arg(index));
+}
+
+Status StepRunner::set_arg_bytes(int64_t index, const std::string& bytes, int64_t local) {
+  KILN_CHECK(local == 0) << name() << " has one device";
+  KILN_ASSIGN_OR_RETURN(ir::Literal value, checkpoint::literal_from_bytes(arg(index).shape(), bytes));
+  set_arg(index, value);
+  return ok_status();
+}
+
 namespace {
+
+const ir::Shape& arg_shape(const StepProgram& program, int64_t index) {
+  return program.module->entry()->param(static_cast<int>(index))->shape();
+}
 
 class InterpreterRunner : public StepRunner {
  public:
@@ -32,6 +51,16 @@ class InterpreterRunner : public StepRunner {
   }
   double metric(StepMetric m) const override { return metrics_.at(static_cast<size_t>(m)); }
   ir::Literal arg(int64_t index) const override { return args_[index]; }
+  // The interpreter's values are doubles rounded to the dtype: converting them is exact.
+  std::string arg_bytes(int64_t index, int64_t local) const override {
+    KILN_CHECK(local == 0);
+    return checkpoint::literal_bytes(args_[index]);
+  }
+  Status set_arg_bytes(int64_t index, const std::string& bytes, int64_t local) override {
+    KILN_CHECK(local == 0);
+    KILN_ASSIGN_OR_RETURN(args_[index], checkpoint::literal_from_bytes(arg_shape(program_, index), bytes));
+    return ok_status();
+  }
   const char* name() const override { return "reference interpreter"; }
   // Per-instruction spans from the interpreter's hook: the same events as the compiled
   // executable's, over the unoptimized program (no fusions; every op is its own span).
@@ -63,6 +92,24 @@ class CompiledRunner : public StepRunner {
   }
   double metric(StepMetric m) const override { return metrics_.at(static_cast<size_t>(m)); }
   ir::Literal arg(int64_t index) const override { return args_[index].to_literal(); }
+  // The buffer's own bytes (a NaN keeps its payload, nothing goes through float64).
+  std::string arg_bytes(int64_t index, int64_t local) const override {
+    KILN_CHECK(local == 0);
+    const backend::Buffer& b = args_[index];
+    return std::string(static_cast<const char*>(b.data()), static_cast<size_t>(b.byte_size()));
+  }
+  Status set_arg_bytes(int64_t index, const std::string& bytes, int64_t local) override {
+    KILN_CHECK(local == 0);
+    const ir::Shape& shape = arg_shape(program_, index);
+    if (static_cast<int64_t>(bytes.size()) != shape.byte_size()) {
+      return invalid_argument("argument {} is {} ({} bytes), got {} bytes", index, shape.to_string(), shape.byte_size(),
+                              bytes.size());
+    }
+    backend::Buffer b(shape);
+    std::memcpy(b.data(), bytes.data(), bytes.size());
+    args_[index] = std::move(b);
+    return ok_status();
+  }
   const char* name() const override { return "compiled CPU executable"; }
   void set_observer(backend::InstructionObserver* observer) override { exe_->set_observer(observer); }
 

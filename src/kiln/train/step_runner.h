@@ -13,6 +13,8 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/status.h"
+#include "kiln/config/mesh.h"
+#include "kiln/ir/attrs.h"
 #include "kiln/ir/literal.h"
 #include "kiln/train/step_program.h"
 
@@ -33,6 +35,24 @@ class StepRunner {
   // Seconds the last run() spent blocked on collectives (the most of any local device);
   // -1 for runners without collectives (one device), whose metrics leave it out.
   virtual double collective_wait_s() const { return -1; }
+
+  // Checkpoint access to the state (docs/checkpoints.md), byte for byte: no float64 detour,
+  // and per device, so each shard owner writes its own shards and a restore hands every
+  // device only its shard. A runner on one device holds global values (an empty mesh).
+  struct Layout {
+    config::Mesh mesh;              // the mesh the state is laid out on (no axes: one device)
+    int64_t first_device = 0;       // global id of this process's local device 0
+    int64_t local_devices = 1;
+    int64_t rank = 0, num_ranks = 1;  // MPI ranks (one process: 0 of 1)
+  };
+  virtual Layout layout() const { return {}; }
+  virtual ir::Sharding arg_sharding(int64_t /*index*/) const { return {}; }
+  // Local device `local`'s shard of argument `index`: row-major little-endian bytes in its dtype.
+  virtual std::string arg_bytes(int64_t index, int64_t local = 0) const;
+  virtual Status set_arg_bytes(int64_t index, const std::string& bytes, int64_t local = 0);
+  // Collective over the MPI ranks (every rank calls it at the same point): returns rank 0's
+  // `value` on every rank, so it is also a barrier. One process: `value`.
+  virtual int64_t broadcast_from_rank0(int64_t value) const { return value; }
 
  protected:
   std::vector<double> expert_load_;

@@ -5,14 +5,12 @@
 #include <ctime>
 #include <filesystem>
 #include <optional>
-#include <set>
 
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
-#include "kiln/base/progress.h"
 #include "kiln/train/data_source.h"
 #include "kiln/interp/interpreter.h"
 
@@ -260,130 +258,6 @@ std::vector<ir::Literal> Trainer::params() const {
 std::string Trainer::checkpoints_dir() const {
   return (std::filesystem::path(output_dir_) / "checkpoints").string();
 }
-
-checkpoint::CheckpointState Trainer::snapshot() const {
-  checkpoint::CheckpointState s;
-  s.step = step_;
-  const std::vector<models::ParamSpec>& specs = model_->params();
-  const char* groups[] = {"params/", "mu/", "nu/"};
-  for (int g = 0; g < 3; ++g) {
-    for (int64_t i = 0; i < program_.num_params; ++i) {
-      int64_t arg = g == 0 ? program_.param_arg(i) : g == 1 ? program_.mu_arg(i) : program_.nu_arg(i);
-      // A copy in the state's own dtype (training may go on while it is written); one
-      // device holds every tensor whole: the trivial layout.
-      s.tensors.push_back(checkpoint::StateTensor::global(groups[g] + specs[i].name, runner_->arg(arg)));
-    }
-  }
-  s.config_yaml = config_yaml_;
-  s.data_iterator = data_json_;
-  s.data_iterator["batches_consumed"] = step_;  // one batch per step (no gradient accumulation)
-  if (tokens_) {
-    data::IteratorState it = tokens_->state();
-    s.data_iterator = {{"type", "tokens"}, {"sample", it.sample}, {"seed", it.seed}, {"fingerprint", it.fingerprint},
-                       {"batches_consumed", step_}};
-  }
-  s.rng = rng_json_;
-  return s;
-}
-
-Status Trainer::restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,
-                        ir::DType mu_dtype) {
-  KILN_ASSIGN_OR_RETURN(std::string step_dir, checkpoint::resolve_step_dir(dir));
-  KILN_ASSIGN_OR_RETURN(checkpoint::CheckpointReader state, checkpoint::CheckpointReader::open(step_dir));
-  // Read and check everything before touching the state: every tensor present with this
-  // run's shape and dtype, its checksums intact. The shards come back in their dtype;
-  // this run holds global tensors on one device.
-  const config::Mesh one_device = checkpoint::single_device_mesh();
-  std::vector<std::pair<int64_t, ir::Literal>> sets;
-  std::set<std::string> used;
-  int64_t restore_bytes = 0;
-  for (int64_t i = 0; i < program_.num_params; ++i) {
-    restore_bytes += specs[i].shape.byte_size() +
-                     (full_state ? specs[i].shape.with_dtype(mu_dtype).byte_size() + specs[i].shape.byte_size() : 0);
-  }
-  Progress progress("restore checkpoint " + step_dir, restore_bytes, Progress::Unit::kBytes);
-  auto take = [&](int64_t arg, const std::string& name, const ir::Shape& shape) -> Status {
-    KILN_ASSIGN_OR_RETURN(std::string bytes, state.read_shard(name, shape, ir::Sharding{}, one_device, 0));
-    progress.advance(static_cast<int64_t>(bytes.size()));
-    KILN_ASSIGN_OR_RETURN(ir::Literal value, checkpoint::literal_from_bytes(shape, bytes));
-    sets.emplace_back(arg, std::move(value));
-    used.insert(name);
-    return ok_status();
-  };
-  for (int64_t i = 0; i < program_.num_params; ++i) {
-    const std::string& name = specs[i].name;
-    KILN_RETURN_IF_ERROR(take(program_.param_arg(i), "params/" + name, specs[i].shape));
-    if (!full_state) continue;
-    KILN_RETURN_IF_ERROR(take(program_.mu_arg(i), "mu/" + name, specs[i].shape.with_dtype(mu_dtype)));
-    KILN_RETURN_IF_ERROR(take(program_.nu_arg(i), "nu/" + name, specs[i].shape));
-  }
-  for (const checkpoint::SavedTensor& t : state.tensors()) {
-    bool wanted = full_state || t.name.rfind("params/", 0) == 0;
-    if (wanted && !used.count(t.name)) {
-      return failed_precondition("checkpoint {}: tensor {} is not part of this run's model (a different model config?)",
-                                 step_dir, t.name);
-    }
-  }
-  for (const auto& [arg, value] : sets) runner_->set_arg(arg, value);
-  if (full_state) {
-    step_ = state.step();
-    restored_step_ = state.step();
-    // The data iterator: synthetic batches are numbered, so skip the consumed ones.
-    if (tokens_) {
-      if (state.data_iterator().value("type", "") != "tokens") {
-        return failed_precondition("checkpoint {} was trained on {} data; this run reads dataset_type=tokens", step_dir,
-                                   state.data_iterator().value("type", "unknown"));
-      }
-      data::IteratorState it;
-      it.sample = state.data_iterator().value("sample", int64_t{0});
-      it.seed = state.data_iterator().value("seed", uint64_t{0});
-      it.fingerprint = state.data_iterator().value("fingerprint", uint64_t{0});
-      KILN_RETURN_IF_ERROR(tokens_->restore(it));
-    } else {
-      int64_t consumed = state.data_iterator().value("batches_consumed", state.step());
-      for (int64_t k = 0; k < consumed; ++k) (void)data_.next();
-    }
-    print(fmt::format("restored the full training state of step {} from {}", state.step(), step_dir));
-  } else {
-    print(fmt::format("loaded {} parameter tensors from {} (parameters only; optimizer state and step start fresh)",
-                      program_.num_params, step_dir));
-  }
-  return ok_status();
-}
-
-Status Trainer::save_checkpoint() {
-  Clock::time_point start = Clock::now();
-  // The stall lands in the next step's time (the step clock runs from the previous step's end).
-  struct StallSpan {
-    RunObserver* o;
-    Clock::time_point start;
-    ~StallSpan() { o->span("checkpoint stall", "checkpoint", to_ns(start), RunObserver::now_ns()); }
-  } stall{observer_.get(), start};
-  checkpoint::SaveOptions save_options;
-  save_options.max_to_keep = max_checkpoints_;
-  save_options.after_file = options_.checkpoint_after_file;
-  last_saved_step_ = step_;
-  if (!writes_files()) {  // MPI rank > 0: take part in the collective snapshot only
-    (void)snapshot();
-    return ok_status();
-  }
-  if (async_checkpointing_) {
-    Status previous = saver_.save(checkpoints_dir(), snapshot(), save_options);
-    checkpoint_blocked_s_ = seconds_since(start);
-    print(fmt::format("saving checkpoint {} in the background to {} (the step was blocked {:.3f} s)", step_,
-                      checkpoint::step_dir(checkpoints_dir(), step_), checkpoint_blocked_s_));
-    return previous;
-  }
-  Status st = checkpoint::save(checkpoints_dir(), snapshot(), save_options);
-  checkpoint_blocked_s_ = seconds_since(start);
-  if (st.ok()) {
-    print(fmt::format("saved checkpoint {} to {} in {:.3f} s", step_, checkpoint::step_dir(checkpoints_dir(), step_),
-                      checkpoint_blocked_s_));
-  }
-  return st;
-}
-
-Status Trainer::wait_for_checkpoint() { return saver_.wait(); }
 
 Result<StepRecord> Trainer::run_step() {
   const Clock::time_point step_begin = last_step_end_, feed_begin = Clock::now();
