@@ -91,6 +91,7 @@ class Propagator {
 
   std::unordered_map<const Instr*, Spec> specs;
   std::unordered_map<const Instr*, bool> fixed;  // seeds and constraints never change
+  bool defer_replicated = false;  // the first forward sweep leaves replicated-only elementwise values open
 
   // A candidate must split each dimension evenly and use each axis once.
   bool valid(const Instr& instr, const Spec& s) const {
@@ -148,6 +149,11 @@ class Propagator {
     }
     if (any_split && valid(instr, out)) return out;
     if (!all_known || leaves_partial(instr)) return std::nullopt;
+    // An elementwise op on replicated values waits one round for its users: a gradient that
+    // an op without a rule produced whole (the grouped matmul's weight gradient) is then
+    // split where its sharded optimizer update asks, before clipping, instead of being
+    // clipped whole on every device and kept whole until the global norm is known.
+    if (defer_replicated && ops::op_def(instr.opcode()).elementwise) return std::nullopt;
     return Spec::replicated(rank);
   }
 
@@ -309,6 +315,7 @@ std::unordered_map<const Instr*, Spec> propagate(const ir::Computation& entry, c
     }
   }
   for (int round = 0; round < 8; ++round) {
+    p.defer_replicated = round == 0;
     bool f = p.forward_pass();
     bool b = p.backward_pass();
     if (!f && !b) break;
