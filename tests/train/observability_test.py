@@ -90,6 +90,8 @@ def check_tensorboard(run_dir, workdir, stdout):
                if [v.tag for v in e.summary.value] != ["eval/avg_loss"]}
     assert sorted(by_step) == [m["step"] for m in metrics], (sorted(by_step), len(metrics))
     fields = {"learning/loss": "loss", "learning/lm_loss": "lm_loss", "learning/moe_lb_loss": "moe_lb_loss",
+              "learning/z_loss": "z_loss", "learning/param_norm": "param_norm",
+              "learning/total_weights": "total_weights",
               "learning/grad_norm": "grad_norm", "learning/raw_grad_norm": "raw_grad_norm",
               "learning/current_learning_rate": "learning_rate", "perf/step_time_seconds": "step_time_s",
               "perf/data_wait_seconds": "data_wait_s",
@@ -101,6 +103,8 @@ def check_tensorboard(run_dir, workdir, stdout):
         for tag, key in fields.items():
             assert scalars[tag] == f32(m[key]), (m["step"], tag, scalars[tag], m[key])
             checked += 1
+        # One device: no collectives, so no collective_wait (as in the console line).
+        assert "collective_wait_s" not in m and "perf/collective_wait_seconds" not in scalars, m["step"]
         load = m.get("expert_load")
         if load:
             for layer, (mx, mean, dropped) in enumerate(load):
@@ -159,7 +163,16 @@ def check_attribution(run_dir, stdout):
     assert abs(parts - 100.0) <= 2.0 and abs(float(rows["total"]) - 100.0) <= 2.0, table
     shapes = [json.loads(l) for l in open(os.path.join(run_dir, "profile", "gemm_shapes.jsonl"))]
     assert shapes and all(s["m"] > 0 and s["n"] > 0 and s["k"] > 0 for s in shapes)
-    print(f"attribution: rows sum to {parts:.1f}%, {len(shapes)} GEMM shapes")
+    # The gemm row is exactly its shapes (what bench/gemm_shapes_bench times again): the same
+    # seconds and the same rate, i.e. the FLOPs of the kernels that were timed (print rounding:
+    # 4 decimals of s/step, 1 of GFLOP/s).
+    row = re.search(r"^  gemm\s+([\d.]+)\s+[\d.]+%\s+([\d.]+) GFLOP/s", table, re.M)
+    assert row, table
+    shape_s = sum(s["seconds_per_step"] for s in shapes)
+    shape_gflops = sum(2.0 * s["batch"] * s["m"] * s["n"] * s["k"] * s["count_per_step"] for s in shapes) / shape_s / 1e9
+    assert abs(float(row.group(1)) - shape_s) <= 6e-5 + 1e-6 * shape_s, (row.group(1), shape_s)
+    assert abs(float(row.group(2)) - shape_gflops) <= 0.06, (row.group(2), shape_gflops)
+    print(f"attribution: rows sum to {parts:.1f}%, {len(shapes)} GEMM shapes whose time and FLOPs are the gemm row's")
 
 def main():
     ap = argparse.ArgumentParser()
