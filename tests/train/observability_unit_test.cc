@@ -96,6 +96,19 @@ TEST(Attribution, RowsSumToTheStepTimeAndHostOverheadIsTheRest) {
   EXPECT_NE(table.find("total"), std::string::npos);
 }
 
+// GEMM FLOPs are the executed kernels' own: a rate above the configured peak can only mean
+// the peak is set below the machine's, and the table says so under the rows.
+TEST(Attribution, AKernelRowAbovePeakIsFlaggedAsAPeakSetTooLow) {
+  const StepTotals t = two_steps();  // 0.1 TFLOP of GEMMs per step in 0.5 s = 200 GFLOP/s
+  const Attribution within = attribute(t, 0.1, /*peak_tflops=*/0.25);
+  EXPECT_TRUE(within.notes.empty());
+  EXPECT_EQ(attribution_table(within, t, 0.25).find("note:"), std::string::npos);
+  const Attribution above = attribute(t, 0.1, /*peak_tflops=*/0.16);
+  ASSERT_EQ(above.notes.size(), 1u);
+  EXPECT_NE(above.notes[0].find("gemm ran at 125% of the peak"), std::string::npos) << above.notes[0];
+  EXPECT_NE(attribution_table(above, t, 0.16).find("\n" + above.notes[0]), std::string::npos);
+}
+
 TEST(Attribution, CollectivesGetOneRowPerKind) {
   StepTotals t = two_steps();
   t.collectives["all_gather"] = {0.1, 0, 0, 4};

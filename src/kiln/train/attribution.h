@@ -21,6 +21,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kiln/train/trace.h"
 
@@ -43,6 +44,9 @@ struct Attribution {
   double mfu = 0;             // model TFLOPs / step_s / peak
   double percent_sum = 0;
   double gemm_gflops = 0;     // achieved GEMM rate (GFLOP/s)
+  // Lines printed under the table: a kernel row above 100% of its peak means the peak is
+  // below this machine's (bench/cpu_peak_bench measures it), not that the kernels beat it.
+  std::vector<std::string> notes;
 };
 
 // model_tflops: MaxText's per-device-per-step TFLOPs; peak_tflops: hardware_peak_tflops.
