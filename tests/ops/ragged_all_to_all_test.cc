@@ -251,5 +251,44 @@ TEST(RaggedAllToAll, KernelMovesAnyDtypeAsBytes) {
   }
 }
 
+TEST(BatchedGroupedMatmul, EachEntryUsesItsBlockOfExperts) {
+  // 4 entries, 4 experts in blocks of 2: entries 0 and 2 use experts 0-1, entries 1 and 3
+  // use experts 2-3; each entry equals the 2-D grouped matmul of its rows on its block.
+  std::mt19937_64 rng(8);
+  Literal x = testing::random_literal(Shape(DType::kF32, {4, 5, 3}), rng, -1, 1);
+  Literal w = testing::random_literal(Shape(DType::kF32, {4, 3, 2}), rng, -1, 1);
+  Literal sizes(Shape(DType::kS32, {4, 2}), {2, 3, 0, 4, 5, 0, 1, 1});
+  auto batched = interp::run(*parse(R"(module @b
+
+ENTRY computation @main {
+  %x = f32[4,5,3] parameter(), index=0
+  %w = f32[4,3,2] parameter(), index=1
+  %s = s32[4,2] parameter(), index=2
+  ROOT %y = f32[4,5,2] grouped_matmul(%x, %w, %s)
+}
+)"),
+                             std::vector<Literal>{x, w, sizes});
+  KILN_CHECK_OK(batched);
+  std::unique_ptr<ir::Module> one = parse(R"(module @one
+
+ENTRY computation @main {
+  %x = f32[5,3] parameter(), index=0
+  %w = f32[2,3,2] parameter(), index=1
+  %s = s32[2] parameter(), index=2
+  ROOT %y = f32[5,2] grouped_matmul(%x, %w, %s)
+}
+)");
+  for (int64_t p = 0; p < 4; ++p) {
+    const int64_t block = p % 2;
+    Literal xp(Shape(DType::kF32, {5, 3}), std::vector<double>(x.values().begin() + p * 15, x.values().begin() + (p + 1) * 15));
+    Literal wb(Shape(DType::kF32, {2, 3, 2}),
+               std::vector<double>(w.values().begin() + block * 12, w.values().begin() + (block + 1) * 12));
+    Literal sp(Shape(DType::kS32, {2}), {sizes.at(2 * p), sizes.at(2 * p + 1)});
+    auto want = interp::run(*one, std::vector<Literal>{xp, wb, sp});
+    KILN_CHECK_OK(want);
+    EXPECT_EQ(entry((*batched)[0], p).values(), (*want)[0].values()) << "entry " << p;
+  }
+}
+
 }  // namespace
 }  // namespace kiln

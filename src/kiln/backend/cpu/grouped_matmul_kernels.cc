@@ -214,8 +214,9 @@ Kernel tgmm_kernel(const Instr& instr) {
 
 bool f32_or_bf16(ir::DType d) { return d == ir::DType::kF32 || d == ir::DType::kBF16; }
 
+// The batched form ([P, M, K] rows, expert parallelism) runs on the reference evaluation.
 bool accepts(const Instr& instr) {
-  return f32_or_bf16(instr.shape().dtype()) && f32_or_bf16(instr.operand(0)->shape().dtype()) &&
+  return instr.operand(0)->shape().rank() == 2 && f32_or_bf16(instr.shape().dtype()) && f32_or_bf16(instr.operand(0)->shape().dtype()) &&
          f32_or_bf16(instr.operand(1)->shape().dtype());
 }
 
