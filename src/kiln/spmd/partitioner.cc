@@ -204,6 +204,13 @@ class Partitioner {
       auto it = specs_.find(&instr);
       if (it != specs_.end() && !it->second.dims[0].empty()) return lower_batch_tuple(instr, *rule, it->second.dims[0]);
     }
+    if ((instr.opcode() == Opcode::kGroupedMatmul || instr.opcode() == Opcode::kGroupedMatmulWeightGrad) &&
+        instr.operand(0)->shape().rank() == 3) {
+      const Spec& x = value_of(instr.operand(0)).spec;
+      if (std::optional<Axes> block = expert_block_axes(instr, x.dims[0], mesh_)) {
+        return lower_expert_block(instr, x.dims[0], *block);
+      }
+    }
     if (instr.opcode() == Opcode::kRaggedAllToAll) {
       const Spec& s = specs_.at(&instr);
       if (std::optional<Axes> axes = ragged_exchange_axes(instr, s.dims[0], mesh_)) return lower_ragged(instr, s, *axes);
@@ -225,6 +232,30 @@ class Partitioner {
                                                    reshard(value_of(instr.operand(1)), entries)},
                                                   attrs));
     return Local{y, spec};
+  }
+
+  // A batched grouped matmul on each device's entry and its block of experts
+  // (ragged_exchange.h); the weight gradient is left as partial sums over the entries'
+  // other axes, for reshard to reduce-scatter or all-reduce where its users want it.
+  Result<Local> lower_expert_block(const Instr& instr, const Axes& split, const Axes& block) {
+    const bool gmm = instr.opcode() == Opcode::kGroupedMatmul;
+    auto along_dim0 = [&](int i, const Axes& axes) {
+      Spec s = Spec::replicated(instr.operand(i)->shape().rank());
+      s.dims[0] = axes;
+      return reshard(value_of(instr.operand(i)), s);
+    };
+    std::vector<Instr*> operands = {along_dim0(0, split), along_dim0(1, gmm ? block : split), along_dim0(2, split)};
+    ir::Attrs attrs = instr.attrs();
+    Spec out = Spec::replicated(instr.shape().rank());
+    if (gmm) {
+      out.dims[0] = split;
+    } else {
+      attrs.set("num_groups", instr.attrs().get_int("num_groups") / mesh_.size(block));
+      out.dims[0] = block;
+      out.partial = in_mesh_order(minus(split, std::set<std::string>(block.begin(), block.end())));
+    }
+    KILN_ASSIGN_OR_RETURN(Instr * y, b_->try_emit(instr.opcode(), operands, attrs));
+    return Local{y, out};
   }
 
   // Every operand gathered, the op computed on whole values.

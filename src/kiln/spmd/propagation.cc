@@ -108,6 +108,15 @@ class Propagator {
   // The result split implied by the operands (nullopt: undecided).
   std::optional<Spec> forward(const Instr& instr) {
     int rank = instr.shape().rank();
+    if ((instr.opcode() == Opcode::kGroupedMatmul || instr.opcode() == Opcode::kGroupedMatmulWeightGrad) &&
+        instr.operand(0)->shape().rank() == 3) {  // entries on their expert blocks (ragged_exchange.h)
+      auto x = specs.find(instr.operand(0));
+      if (x != specs.end() && expert_block_axes(instr, x->second.dims[0], mesh_)) {
+        // The weight gradient is a partial sum: its users choose where it is added up.
+        if (instr.opcode() == Opcode::kGroupedMatmulWeightGrad) return std::nullopt;
+        return ragged_exchange_spec(instr, x->second.dims[0]);
+      }
+    }
     if (instr.opcode() == Opcode::kRaggedAllToAll) {  // one entry per device: an exchange (ragged_exchange.h)
       auto x = specs.find(instr.operand(0));
       if (x != specs.end() && ragged_exchange_axes(instr, x->second.dims[0], mesh_)) {

@@ -27,4 +27,14 @@ std::optional<Axes> ragged_exchange_axes(const ir::Instr& instr, const Axes& spl
 // The layout of the result (and of both operands): dimension 0 split over `split`.
 Spec ragged_exchange_spec(const ir::Instr& instr, const Axes& split);
 
+// The batched grouped matmul and its weight gradient (ops/grouped_matmul_ops.cc: entry p
+// uses expert block p mod B, B = E / Gl) with their entries split one per device over
+// `split`: a device's block is its coordinate along the trailing axes of `split` whose
+// sizes multiply to B, so with the experts (dimension 0 of the weights) split over those
+// axes every device holds exactly the weights its entry uses, and the per-device op is the
+// same op with B = 1. Returns those axes, or nullopt (then the op runs replicated). The
+// weight gradient's per-device result is that block, a partial sum over the other axes of
+// `split` (the entries of other devices that share the block).
+std::optional<Axes> expert_block_axes(const ir::Instr& instr, const Axes& split, const Mesh& mesh);
+
 }  // namespace kiln::spmd
