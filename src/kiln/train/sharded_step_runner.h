@@ -11,7 +11,9 @@
 // rank makes the same calls in the same order: set_arg() takes the same global value on every
 // rank and keeps only the local devices' shards; arg() is collective (every local device
 // all-gathers its shard over the whole mesh) and returns the global value on every rank; the
-// metrics are local device 0's, replicated and so identical on every rank.
+// metrics are local device 0's, replicated and so identical on every rank. Checkpoints do
+// not go through arg(): arg_bytes()/set_arg_bytes() read and write one local device's shard
+// (layout() and arg_sharding() say where it lies), so each rank saves and restores its own.
 #pragma once
 
 #include <memory>

@@ -57,9 +57,9 @@ struct TrainerOptions {
   // Test hook passed to checkpoint::SaveOptions::after_file (called after each file of a save).
   std::function<void(const std::string&)> checkpoint_after_file;
   // The devices of a multi-device mesh (null: runtime::make_world(config)). Under MPI the
-  // application makes the MpiWorld (to end the job on errors); on ranks other than 0 the
-  // trainer runs the same steps and checkpoint snapshots (collective) but writes no
-  // checkpoint; the caller turns their console and metrics off.
+  // application makes the MpiWorld (to end the job on errors); every rank runs the same steps
+  // and writes its own devices' checkpoint shards (rank 0 the manifest); the caller turns
+  // the other ranks' console and metrics off.
   std::shared_ptr<runtime::World> world;
 };
 
@@ -113,7 +113,6 @@ class Trainer {
   Status build_eval(const config::Config& config);  // the forward-only eval program
   // The step partitioned over the mesh's devices (trainer_sharded.cc); adds the compile time.
   Status make_sharded_runner(const config::Config& config, double* compile_s);
-  bool writes_files() const;  // false on MPI ranks other than 0 (trainer_sharded.cc)
   checkpoint::CheckpointState snapshot() const;
   // Restores `dir` (a step directory, or a checkpoints directory: its latest) into the state.
   Status restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,

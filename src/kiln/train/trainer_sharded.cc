@@ -34,6 +34,4 @@ Status Trainer::make_sharded_runner(const config::Config& config, double* compil
   return ok_status();
 }
 
-bool Trainer::writes_files() const { return options_.world == nullptr || options_.world->rank() == 0; }
-
 }  // namespace kiln::train
