@@ -50,6 +50,7 @@ bench: build
 	/usr/bin/python3 bench/step_vs_torch.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/step_bf16_vs_f32.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/sharded_vs_single.py --kiln $(BUILD_DIR)/kiln
+	/usr/bin/python3 bench/gemm_row_vs_bench.py --kiln $(BUILD_DIR)/kiln --bench $(BUILD_DIR)/bench/gemm_shapes_bench
 
 # bf16 mixed precision tracks float32: both loss curves of a 200-step gpt-oss-tiny run on
 # the fortunes corpus and their largest deviation; fails past the stated tolerance.
