@@ -77,6 +77,100 @@ ENTRY computation @main {
   EXPECT_EQ(choice.program_order_peak, choice.list_peak);
 }
 
+size_t position(const Schedule& s, const char* id) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i]->id() == id) return i;
+  }
+  ADD_FAILURE() << "not scheduled: " << id;
+  return 0;
+}
+
+// A layer's forward value %h is recomputed for the backward pass (%hr, RematPass's clone).
+// %hr is ready as soon as %x and %w exist and allocates less than the wide forward values,
+// so a greedy scheduler would run it in the forward pass and keep it alive across it; it
+// must instead run right before its backward use %d.
+constexpr const char* kRecompute = R"(module @recompute
+
+ENTRY computation @main {
+  %x = f32[256] parameter(), index=0
+  %w = f32[256] parameter(), index=1
+  %h = f32[256] mul(%x, %w), name="layers.0.h"
+  %b = f32[4,256] broadcast(%h), dims={1}, name="layers.0.wide"
+  %e = f32[4,256] exp(%b), name="layers.0.e"
+  %s = f32[] reduce_sum(%e), dims={0,1}, name="loss"
+  %g = f32[256] broadcast(%s), dims={}, name="loss.grad"
+  %hr = f32[256] mul(%x, %w), name="layers.0.h.remat"
+  %d = f32[256] mul(%g, %hr), name="layers.0.h.grad"
+  ROOT %t = (f32[], f32[256]) tuple(%s, %d)
+}
+)";
+
+TEST(MemoryScheduler, RunsRecomputationRightBeforeItsBackwardUse) {
+  auto m = parse(kRecompute);
+  const ir::Computation& c = *m->entry();
+  BufferModel model(c);
+  Schedule listed = list_schedule(c, model);
+  expect_topological(c, listed);
+  EXPECT_EQ(position(listed, "hr") + 1, position(listed, "d"));
+  EXPECT_GT(position(listed, "hr"), position(listed, "s"));
+  // Live at the peak: %b and %e (exp is not in place here), never %hr beside them.
+  const int64_t wide = 4 * 256 * 4;
+  EXPECT_EQ(peak_live_bytes(model, listed), 2 * wide);
+  // Without the marker the same clone is an ordinary value and runs early.
+  auto plain = parse(kRecompute);
+  for (const auto& i : plain->entry()->instructions()) {
+    if (i->id() == "hr") i->mutable_meta().name = "layers.0.h.copy";
+  }
+  BufferModel plain_model(*plain->entry());
+  Schedule eager = list_schedule(*plain->entry(), plain_model);
+  EXPECT_LT(position(eager, "hr"), position(eager, "b"));
+  EXPECT_GT(peak_live_bytes(plain_model, eager), peak_live_bytes(model, listed));
+}
+
+// The step counter: %next = step + 1 is donated to the step argument, which the learning
+// rate %lr still reads. Run early (it is ready at once and allocates almost nothing), %next
+// could not take the argument's storage; with the donation the scheduler runs it after %lr,
+// and the donated output no longer counts as live bytes.
+constexpr const char* kStepCounter = R"(module @counter
+
+ENTRY computation @main {
+  %step = s32[] parameter(), index=0
+  %x = f32[64] parameter(), index=1
+  %one = s32[] constant(1)
+  %next = s32[] add(%step, %one), name="step"
+  %lr = f32[] convert(%step), name="lr"
+  %b = f32[64] broadcast(%lr), dims={}
+  %y = f32[64] mul(%x, %b)
+  ROOT %t = (s32[], f32[64]) tuple(%next, %y)
+}
+)";
+
+TEST(MemoryScheduler, RunsADonatedOutputAfterTheOtherReadersOfItsArgument) {
+  auto m = parse(kStepCounter);
+  const ir::Computation& c = *m->entry();
+  BufferModel model(c);
+  ScheduleOptions donating;
+  donating.donated = {{0, 0}};
+  ASSERT_EQ(donated_buffers(model, donating.donated).size(), 1u);
+  // Not told about the donation: program order breaks the tie, %next first.
+  EXPECT_LT(position(list_schedule(c, model), "next"), position(list_schedule(c, model), "lr"));
+  Schedule listed = list_schedule(c, model, donating);
+  expect_topological(c, listed);
+  EXPECT_GT(position(listed, "next"), position(listed, "lr"));
+  // %b and %y (and %lr, 4 bytes, before %b); %next lives in the argument.
+  EXPECT_EQ(peak_live_bytes(model, listed, donating), 2 * 64 * 4);
+  EXPECT_EQ(peak_live_bytes(model, listed), 2 * 64 * 4 + 4);
+  // In program order %lr reads the argument after %next is written: counted.
+  EXPECT_EQ(peak_live_bytes(model, program_order(c), donating), 2 * 64 * 4 + 4);
+  // Program order with %next moved after the argument's last other reader peaks as low.
+  Schedule delayed = program_order(c);
+  delay_donated_outputs(delayed, model, donating);
+  expect_topological(c, delayed);
+  EXPECT_EQ(position(delayed, "next"), position(delayed, "lr") + 1);
+  EXPECT_EQ(peak_live_bytes(model, delayed, donating), 2 * 64 * 4);
+  EXPECT_EQ(choose_schedule(c, model, donating).schedule, listed);
+}
+
 TEST(LogicalBuffers, ViewsAndTuplesNameTheirOperandsBuffers) {
   auto m = parse(R"(module @views
 

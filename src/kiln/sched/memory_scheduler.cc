@@ -1,7 +1,9 @@
 #include "kiln/sched/memory_scheduler.h"
 
 #include <algorithm>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/base/check.h"
 
@@ -16,85 +18,53 @@ Schedule program_order(const ir::Computation& computation) {
   return order;
 }
 
-namespace {
-// Computed buffers are the ones a schedule can free; arguments and constants live throughout.
-bool freeable(const LogicalBuffer& b) { return b.source == BufferSource::kComputed && !b.output; }
-}  // namespace
-
-Schedule list_schedule(const ir::Computation& computation, const BufferModel& model) {
-  const auto& instrs = computation.instructions();
-  std::unordered_map<const Instr*, int> index;
-  for (size_t i = 0; i < instrs.size(); ++i) index[instrs[i].get()] = static_cast<int>(i);
-  // Per buffer: instructions still to run that read it. Per instruction: operands not done.
-  std::vector<int> readers_left(model.buffers().size(), 0);
-  std::vector<std::vector<int>> used(instrs.size());
-  std::vector<int> waiting(instrs.size(), 0);
-  std::vector<std::vector<int>> users(instrs.size());
-  for (size_t i = 0; i < instrs.size(); ++i) {
-    const Instr* instr = instrs[i].get();
-    used[i] = model.used(instr);
-    for (int b : used[i]) ++readers_left[b];
-    std::vector<const Instr*> distinct;
-    for (const Instr* o : instr->operands()) {
-      if (std::find(distinct.begin(), distinct.end(), o) != distinct.end()) continue;
-      distinct.push_back(o);
-      ++waiting[i];
-      users[index.at(o)].push_back(static_cast<int>(i));
-    }
-  }
-  std::vector<int64_t> allocates(instrs.size(), 0);
-  for (size_t i = 0; i < instrs.size(); ++i) {
-    for (int b : model.defined(instrs[i].get())) {
-      if (model.buffer(b).source == BufferSource::kComputed) allocates[i] += model.buffer(b).bytes;
-    }
-  }
-  // Bytes freed by running i now: buffers for which i is the last reader left.
-  auto score = [&](int i) {
-    int64_t freed = 0;
-    for (int b : used[i]) {
-      if (readers_left[b] == 1 && freeable(model.buffer(b))) freed += model.buffer(b).bytes;
-    }
-    return freed - allocates[i];
-  };
-  std::vector<int> ready;
-  for (size_t i = 0; i < instrs.size(); ++i) {
-    if (waiting[i] == 0) ready.push_back(static_cast<int>(i));
-  }
-  Schedule order;
-  order.reserve(instrs.size());
-  while (!ready.empty()) {
-    size_t best = 0;
-    int64_t best_score = score(ready[0]);
-    for (size_t r = 1; r < ready.size(); ++r) {
-      int64_t s = score(ready[r]);
-      if (s > best_score || (s == best_score && ready[r] < ready[best])) {
-        best = r;
-        best_score = s;
-      }
-    }
-    int i = ready[best];
-    ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(best));
-    order.push_back(instrs[i].get());
-    for (int b : used[i]) --readers_left[b];
-    for (int u : users[i]) {
-      if (--waiting[u] == 0) ready.push_back(u);
-    }
-  }
-  KILN_CHECK_EQ(order.size(), instrs.size()) << "list scheduler: the computation has a cycle";
-  return order;
+bool is_recomputation(const ir::Instr& instr) {
+  constexpr std::string_view kSuffix = ".remat";
+  const std::string& name = instr.meta().name;
+  return name.size() >= kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
 }
 
-int64_t peak_live_bytes(const BufferModel& model, const Schedule& schedule) {
+std::vector<std::pair<int, int>> donated_buffers(const BufferModel& model,
+                                                 const std::vector<std::pair<int64_t, int64_t>>& donated) {
+  std::unordered_map<int64_t, std::vector<int>> argument_leaves;
+  for (const LogicalBuffer& b : model.buffers()) {
+    if (b.source == BufferSource::kArgument) argument_leaves[b.def->attrs().get_int("index")].push_back(b.id);
+  }
+  const auto& outputs = model.outputs();
+  std::vector<std::pair<int, int>> pairs;
+  std::unordered_set<int64_t> taken;
+  for (const auto& [out, arg] : donated) {
+    if (out < 0 || out >= static_cast<int64_t>(outputs.size())) continue;
+    auto it = argument_leaves.find(arg);
+    if (it == argument_leaves.end() || it->second.size() != 1) continue;
+    const int r = outputs[out], p = it->second[0];
+    const LogicalBuffer& rb = model.buffer(r);
+    const LogicalBuffer& pb = model.buffer(p);
+    if (rb.source != BufferSource::kComputed || pb.output || rb.bytes != pb.bytes) continue;
+    if (std::count(outputs.begin(), outputs.end(), r) != 1 || !taken.insert(arg).second) continue;
+    pairs.push_back({r, p});
+  }
+  return pairs;
+}
+
+int64_t peak_live_bytes(const BufferModel& model, const Schedule& schedule, const ScheduleOptions& options) {
   std::vector<int> last(model.buffers().size(), -1);
+  std::unordered_map<const Instr*, int> pos;
   for (size_t s = 0; s < schedule.size(); ++s) {
+    pos[schedule[s]] = static_cast<int>(s);
     for (int b : model.used(schedule[s])) last[b] = static_cast<int>(s);
+  }
+  // Donated outputs written once their argument is read no more take its storage.
+  std::vector<bool> in_argument(model.buffers().size(), false);
+  for (const auto& [r, p] : donated_buffers(model, options.donated)) {
+    in_argument[r] = last[p] <= pos.at(model.buffer(r).def);
   }
   std::vector<int64_t> freed_at(schedule.size() + 1, 0);
   int64_t live = 0, peak = 0;
   for (size_t s = 0; s < schedule.size(); ++s) {
     for (int b : model.defined(schedule[s])) {
       const LogicalBuffer& buf = model.buffer(b);
-      if (buf.source != BufferSource::kComputed) continue;
+      if (buf.source != BufferSource::kComputed || in_argument[b]) continue;
       live += buf.bytes;
       // Never read and not an output: freed right after it is written.
       size_t end = buf.output ? schedule.size() : static_cast<size_t>(std::max(last[b], static_cast<int>(s)));
@@ -133,14 +103,45 @@ Schedule post_order_schedule(const ir::Computation& computation) {
   return order;
 }
 
-ScheduleChoice choose_schedule(const ir::Computation& computation, const BufferModel& model) {
+void delay_donated_outputs(Schedule& schedule, const BufferModel& model, const ScheduleOptions& options) {
+  std::unordered_map<const Instr*, int> pos;
+  // Per buffer: the last step reading it, and the one before that (for a def that reads it).
+  std::vector<std::pair<int, int>> last;
+  auto index = [&] {
+    pos.clear();
+    last.assign(model.buffers().size(), {-1, -1});
+    for (size_t s = 0; s < schedule.size(); ++s) {
+      pos[schedule[s]] = static_cast<int>(s);
+      for (int b : model.used(schedule[s])) last[b] = {static_cast<int>(s), last[b].first};
+    }
+  };
+  index();
+  for (const auto& [r, p] : donated_buffers(model, options.donated)) {
+    const Instr* def = model.buffer(r).def;
+    const int at = pos.at(def);
+    // The last reader of the argument other than def itself.
+    const int other = last[p].first == at ? last[p].second : last[p].first;
+    if (other < at) continue;
+    bool users_later =
+        std::all_of(def->users().begin(), def->users().end(), [&](const Instr* u) { return pos.at(u) > other; });
+    if (!users_later) continue;
+    // Move def right after that reader; what lies between moves up one step.
+    std::rotate(schedule.begin() + at, schedule.begin() + at + 1, schedule.begin() + other + 1);
+    index();
+  }
+}
+
+ScheduleChoice choose_schedule(const ir::Computation& computation, const BufferModel& model,
+                               const ScheduleOptions& options) {
   ScheduleChoice choice;
   Schedule in_order = program_order(computation);
-  Schedule listed = list_schedule(computation, model);
+  Schedule listed = list_schedule(computation, model, options);
   Schedule post = post_order_schedule(computation);
-  choice.program_order_peak = peak_live_bytes(model, in_order);
-  choice.list_peak = peak_live_bytes(model, listed);
-  choice.post_order_peak = peak_live_bytes(model, post);
+  delay_donated_outputs(in_order, model, options);
+  delay_donated_outputs(post, model, options);
+  choice.program_order_peak = peak_live_bytes(model, in_order, options);
+  choice.list_peak = peak_live_bytes(model, listed, options);
+  choice.post_order_peak = peak_live_bytes(model, post, options);
   // The lowest peak wins; ties prefer the list schedule, then program order.
   choice.schedule = std::move(listed);
   choice.name = "list";

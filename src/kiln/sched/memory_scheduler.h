@@ -3,13 +3,23 @@
 // (all operands done), the one that lowers the live size most: bytes its last reads free
 // minus bytes it allocates; ties go to program order, so the result is deterministic.
 // `choose_schedule` also simulates program order and a depth-first post order from the root
-// (each value computed right before its first user: what keeps rematerialized forward
-// values next to the backward ops that need them) and keeps whichever peaks lowest (a
+// (each value computed right before its first user) and keeps whichever peaks lowest (a
 // greedy choice can lose), as XLA tries several schedulers and keeps the best.
+//
+// Two constraints keep the list scheduler from undoing other decisions:
+//   - recomputation (RematPass's clones, named "<name>.remat") is scheduled lazily: a clone
+//     is never ready on its own; it runs, with the clones it reads, right before the first
+//     instruction that needs it. Otherwise a clone is "ready" as soon as its saved inputs
+//     exist, i.e. in the forward pass, and the recomputed values live as long as the saved
+//     ones would have (XLA avoids this by running remat after scheduling);
+//   - a donated output (the training state, written into its argument's storage) waits for
+//     every other reader of that argument, so the donation can happen in place: the step
+//     counter's step + 1 no longer runs before the learning-rate schedule reads the old step.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/ir/instr.h"
@@ -20,15 +30,37 @@ namespace kiln::sched {
 // Every instruction of a computation exactly once, each after its operands.
 using Schedule = std::vector<const ir::Instr*>;
 
+struct ScheduleOptions {
+  // (output index, argument index): outputs the caller lets overwrite an argument, as
+  // memory::AssignmentOptions::donated.
+  std::vector<std::pair<int64_t, int64_t>> donated;
+};
+
+// Whether `instr` recomputes a forward value for the backward pass (RematPass's clones and
+// fusions rooted at one carry the name suffix ".remat").
+bool is_recomputation(const ir::Instr& instr);
+
+// The (output buffer, argument buffer) pairs of `donated` that buffer assignment can alias:
+// an array argument, a computed output of the same size that is not also another output.
+std::vector<std::pair<int, int>> donated_buffers(const BufferModel& model,
+                                                 const std::vector<std::pair<int64_t, int64_t>>& donated);
+
 Schedule program_order(const ir::Computation& computation);
-Schedule list_schedule(const ir::Computation& computation, const BufferModel& model);
+Schedule list_schedule(const ir::Computation& computation, const BufferModel& model,
+                       const ScheduleOptions& options = {});
 // Depth-first post order from the root, operands in order; unreachable instructions last.
 Schedule post_order_schedule(const ir::Computation& computation);
+// Moves each donated output's instruction right after the last other reader of its
+// argument, where its users allow, so the output can take the argument's storage (what the
+// list scheduler does by construction; choose_schedule applies it to the other orders).
+void delay_donated_outputs(Schedule& schedule, const BufferModel& model, const ScheduleOptions& options);
 
 // Peak bytes of computed (non-argument, non-constant) buffers live at once when the
 // computation runs in `schedule` order: a buffer is live from the instruction that defines
-// it through its last reader; outputs live to the end. The lower bound an arena can reach.
-int64_t peak_live_bytes(const BufferModel& model, const Schedule& schedule);
+// it through its last reader; outputs live to the end, except a donated output written
+// after its argument's last read (it takes the argument's storage). The lower bound an
+// arena plus the outputs of their own can reach.
+int64_t peak_live_bytes(const BufferModel& model, const Schedule& schedule, const ScheduleOptions& options = {});
 
 struct ScheduleChoice {
   Schedule schedule;
@@ -38,6 +70,7 @@ struct ScheduleChoice {
   int64_t list_peak = 0;
   int64_t post_order_peak = 0;
 };
-ScheduleChoice choose_schedule(const ir::Computation& computation, const BufferModel& model);
+ScheduleChoice choose_schedule(const ir::Computation& computation, const BufferModel& model,
+                               const ScheduleOptions& options = {});
 
 }  // namespace kiln::sched

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kiln/base/check.h"
+#include "kiln/base/logging.h"
 
 namespace kiln::backend::cpu {
 
@@ -16,7 +17,12 @@ using memory::Placement;
 Status MemoryPlan::build(const ir::Computation& computation, const CompileOptions& options,
                          const std::function<bool(const Instr*)>& fallback, CompileReport& report) {
   model_ = std::make_unique<sched::BufferModel>(computation);
-  sched::ScheduleChoice choice = sched::choose_schedule(computation, *model_);
+  // The schedule knows the donations, so it can keep them in place and not count them.
+  sched::ScheduleOptions sopts;
+  sopts.donated = options.donated;
+  sched::ScheduleChoice choice = sched::choose_schedule(computation, *model_, sopts);
+  KILN_VLOG(1) << "memory plan: " << choice.name << " schedule; peak live bytes: list " << choice.list_peak
+               << ", program order " << choice.program_order_peak << ", post order " << choice.post_order_peak;
   memory::AssignmentOptions aopts;
   aopts.donated = options.donated;
   donated_ = options.donated;

@@ -1,0 +1,265 @@
+// The memory-aware list scheduler (memory_scheduler.h) with its two constraints: lazy
+// recomputation and donated outputs after their argument's other readers.
+#include <algorithm>
+#include <unordered_map>
+
+#include "kiln/base/check.h"
+#include "kiln/sched/memory_scheduler.h"
+
+namespace kiln::sched {
+
+using ir::Instr;
+
+namespace {
+
+// Computed buffers are the ones a schedule can free; arguments and constants live throughout.
+bool freeable(const LogicalBuffer& b) { return b.source == BufferSource::kComputed && !b.output; }
+
+void sort_unique(std::vector<int>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+}  // namespace
+
+Schedule list_schedule(const ir::Computation& computation, const BufferModel& model, const ScheduleOptions& options) {
+  const auto& instrs = computation.instructions();
+  const int n = static_cast<int>(instrs.size());
+  std::unordered_map<const Instr*, int> index;
+  for (int i = 0; i < n; ++i) index[instrs[i].get()] = i;
+  std::vector<bool> lazy(n);
+  std::vector<std::vector<int>> operands(n), users(n), used(n);
+  std::vector<std::vector<int>> readers_of(model.buffers().size());
+  for (int i = 0; i < n; ++i) {
+    const Instr* instr = instrs[i].get();
+    lazy[i] = is_recomputation(*instr);
+    for (const Instr* o : instr->operands()) operands[i].push_back(index.at(o));
+    sort_unique(operands[i]);
+    for (int o : operands[i]) {
+      KILN_CHECK_LT(o, i) << "list scheduler: the computation is not in topological order at " << instr->to_string();
+      users[o].push_back(i);
+    }
+    used[i] = model.used(instr);
+    for (int b : used[i]) readers_of[b].push_back(i);
+  }
+
+  // Prerequisites: the non-lazy instructions that must have run before i may be picked: its
+  // non-lazy operands and, through its lazy operands, what the recomputation reads.
+  std::vector<std::vector<int>> prereq(n);
+  for (int i = 0; i < n; ++i) {
+    for (int o : operands[i]) {
+      if (lazy[o]) {
+        prereq[i].insert(prereq[i].end(), prereq[o].begin(), prereq[o].end());
+      } else {
+        prereq[i].push_back(o);
+      }
+    }
+    sort_unique(prereq[i]);
+  }
+
+  // Donated outputs wait for the other readers of their argument (a lazy reader stands for
+  // the first non-lazy instructions that consume it), unless one of those readers depends
+  // on the output itself: then the donation cannot be in place in any order.
+  std::vector<int64_t> donated_bytes(n, 0);  // per instruction: output bytes written into arguments
+  std::vector<std::vector<int>> extra_users(n);  // edges added by these constraints
+  for (const auto& [r, p] : donated_buffers(model, options.donated)) {
+    const int d = index.at(model.buffer(r).def);
+    donated_bytes[d] += model.buffer(r).bytes;
+    if (lazy[d]) continue;
+    std::vector<int> readers, work;
+    std::vector<bool> seen(n, false);
+    for (int i : readers_of[p]) {
+      if (i != d && !seen[i]) work.push_back(i), seen[i] = true;
+    }
+    while (!work.empty()) {
+      int i = work.back();
+      work.pop_back();
+      if (!lazy[i]) {
+        readers.push_back(i);
+        continue;
+      }
+      for (int u : users[i]) {
+        if (!seen[u]) work.push_back(u), seen[u] = true;
+      }
+    }
+    if (readers.empty()) continue;
+    // Instructions that depend on d, through the graph and the constraints added so far.
+    std::vector<bool> after(n, false);
+    work = {d};
+    after[d] = true;
+    bool cycle = false;
+    while (!work.empty() && !cycle) {
+      int i = work.back();
+      work.pop_back();
+      for (const auto* next : {&users[i], &extra_users[i]}) {
+        for (int u : *next) {
+          if (!after[u]) after[u] = true, work.push_back(u);
+        }
+      }
+      cycle = std::any_of(readers.begin(), readers.end(), [&](int x) { return after[x]; });
+    }
+    if (cycle) continue;
+    for (int x : readers) extra_users[x].push_back(d);
+    prereq[d].insert(prereq[d].end(), readers.begin(), readers.end());
+    sort_unique(prereq[d]);
+  }
+
+  std::vector<int> waiting(n, 0);
+  std::vector<std::vector<int>> dependents(n);
+  for (int i = 0; i < n; ++i) {
+    if (lazy[i]) continue;
+    waiting[i] = static_cast<int>(prereq[i].size());
+    for (int q : prereq[i]) dependents[q].push_back(i);
+  }
+  std::vector<int> readers_left(model.buffers().size(), 0);
+  for (int i = 0; i < n; ++i) {
+    for (int b : used[i]) ++readers_left[b];
+  }
+  std::vector<int64_t> allocates(n, 0);
+  for (int i = 0; i < n; ++i) {
+    for (int b : model.defined(instrs[i].get())) {
+      if (model.buffer(b).source == BufferSource::kComputed) allocates[i] += model.buffer(b).bytes;
+    }
+    allocates[i] -= donated_bytes[i];  // written into the argument's storage
+  }
+
+  std::vector<bool> done(n, false);
+  // Recomputation runs in program order, where RematPass's topological sort put each clone:
+  // right before its first backward use, so the last layer's clones come first. A candidate
+  // that reads a clone not run yet first runs every clone up to that one (`lazy_order` from
+  // `next_lazy` on); so a backward use that is ready early (the router's load-balancing
+  // gradient needs only the loss) cannot pull an earlier layer's recomputation in before
+  // the later layers' own.
+  std::vector<int> lazy_order, newest_lazy(n, -1);  // per instruction: its last lazy operand
+  for (int i = 0; i < n; ++i) {
+    if (lazy[i]) lazy_order.push_back(i);
+    for (int o : operands[i]) {
+      if (lazy[o]) newest_lazy[i] = std::max(newest_lazy[i], o);
+    }
+  }
+  size_t next_lazy = 0;
+  std::vector<int> group;
+  std::vector<bool> in_group(n, false);
+  // A clone whose inputs are not all there yet waits for a later group (i's own recomputation
+  // always can run: its inputs are i's prerequisites).
+  auto group_of = [&](int i) -> const std::vector<int>& {
+    group.clear();
+    for (size_t k = next_lazy; k < lazy_order.size() && lazy_order[k] <= newest_lazy[i]; ++k) {
+      const int l = lazy_order[k];
+      if (done[l]) continue;
+      bool runnable = std::all_of(operands[l].begin(), operands[l].end(), [&](int o) { return done[o] || in_group[o]; });
+      if (!runnable) continue;
+      group.push_back(l);
+      in_group[l] = true;
+    }
+    for (int g : group) in_group[g] = false;
+    group.push_back(i);
+    return group;
+  };
+  // Bytes running the group frees (existing buffers it reads for the last time) minus bytes
+  // it leaves allocated (what it defines, unless nothing after the group reads it).
+  std::unordered_map<int, int> reads;
+  auto score = [&](const std::vector<int>& group) {
+    int64_t s = 0;
+    if (group.size() == 1) {  // the common case, without the map
+      const int i = group[0];
+      for (int b : used[i]) {
+        if (readers_left[b] == 1 && freeable(model.buffer(b))) s += model.buffer(b).bytes;
+      }
+      s -= allocates[i];
+      for (int b : model.defined(instrs[i].get())) {
+        if (readers_left[b] == 0 && freeable(model.buffer(b))) s += model.buffer(b).bytes;
+      }
+      return s;
+    }
+    reads.clear();
+    for (int g : group) {
+      for (int b : used[g]) ++reads[b];
+    }
+    auto last_reads = [&](int b) {
+      auto it = reads.find(b);
+      return freeable(model.buffer(b)) && readers_left[b] == (it == reads.end() ? 0 : it->second);
+    };
+    for (const auto& [b, k] : reads) {
+      // Buffers the group itself defines are counted below.
+      if (done[index.at(model.buffer(b).def)] && last_reads(b)) s += model.buffer(b).bytes;
+    }
+    for (int g : group) {
+      s -= allocates[g];
+      for (int b : model.defined(instrs[g].get())) {
+        if (last_reads(b)) s += model.buffer(b).bytes;
+      }
+    }
+    return s;
+  };
+
+  // Candidates that would run recomputation first come after every other ready candidate:
+  // recomputation runs as late as possible, when the backward pass cannot go on without it.
+  // Among them the most recently ready goes first (the one the gradient just reached).
+  std::vector<int> ready;
+  std::vector<int64_t> ready_since(n, 0);
+  int64_t clock = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!lazy[i] && waiting[i] == 0) ready.push_back(i);
+  }
+  Schedule order;
+  order.reserve(instrs.size());
+  auto run = [&](int i) {
+    order.push_back(instrs[i].get());
+    done[i] = true;
+    for (int b : used[i]) --readers_left[b];
+  };
+  auto needs_recomputation = [&](int i) {
+    return std::any_of(operands[i].begin(), operands[i].end(), [&](int o) { return lazy[o] && !done[o]; });
+  };
+  while (!ready.empty()) {
+    // The best candidate without recomputation: highest score, then program order.
+    size_t best = ready.size();
+    int64_t best_score = 0;
+    for (size_t r = 0; r < ready.size(); ++r) {
+      if (needs_recomputation(ready[r])) continue;
+      group = {ready[r]};
+      int64_t s = score(group);
+      if (best == ready.size() || s > best_score || (s == best_score && ready[r] < ready[best])) {
+        best = r;
+        best_score = s;
+      }
+    }
+    // Otherwise the most recently ready one, then by score and program order. (Groups are
+    // scored only here: a group can span many layers' clones.)
+    if (best == ready.size()) {
+      int64_t newest = -1;
+      for (int i : ready) newest = std::max(newest, ready_since[i]);
+      for (size_t r = 0; r < ready.size(); ++r) {
+        if (ready_since[ready[r]] != newest) continue;
+        int64_t s = score(group_of(ready[r]));
+        if (best == ready.size() || s > best_score || (s == best_score && ready[r] < ready[best])) {
+          best = r;
+          best_score = s;
+        }
+      }
+    }
+    int i = ready[best];
+    ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(best));
+    std::vector<int> to_run = needs_recomputation(i) ? group_of(i) : std::vector<int>{i};
+    for (int g : to_run) run(g);
+    while (next_lazy < lazy_order.size() && done[lazy_order[next_lazy]]) ++next_lazy;
+    ++clock;
+    for (int u : dependents[i]) {
+      if (--waiting[u] == 0) {
+        ready.push_back(u);
+        ready_since[u] = clock;
+      }
+    }
+  }
+  // Recomputation nothing reads (dead code) goes last, in program order.
+  for (int i = 0; i < n; ++i) {
+    if (done[i]) continue;
+    for (int o : operands[i]) KILN_CHECK(done[o]) << "list scheduler: the computation has a cycle";
+    run(i);
+  }
+  KILN_CHECK_EQ(order.size(), instrs.size()) << "list scheduler: the computation has a cycle";
+  return order;
+}
+
+}  // namespace kiln::sched
