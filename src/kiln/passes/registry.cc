@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kiln/base/strings.h"
+#include "kiln/passes/all_reduce_combiner.h"
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
@@ -22,6 +23,8 @@ const std::vector<PassInfo>& registered_passes() {
        [] { return std::make_unique<FusionPass>(); }},
       {"remat", "recomputes decoder-layer activations in the backward pass (remat_policy=full; compile uses the config's)",
        [] { return std::make_unique<RematPass>(RematPolicy::from_name("full").value()); }},
+      {"all_reduce_combiner", "merges independent small all-reduces over the same devices into one",
+       [] { return std::make_unique<AllReduceCombinerPass>(); }},
       {"regather", "gathers sharded weights again in the backward pass instead of keeping the forward's copy",
        [] { return std::make_unique<RegatherPass>(); }},
   };

@@ -8,6 +8,7 @@
 #include "kiln/base/check.h"
 #include "kiln/ops/builder.h"
 #include "kiln/ops/registry.h"
+#include "kiln/passes/all_reduce_combiner.h"
 #include "kiln/passes/registry.h"
 #include "kiln/spmd/ragged_exchange.h"
 #include "kiln/spmd/batch_tuple_ops.h"
@@ -81,6 +82,9 @@ class Partitioner {
     // counts what is left.
     KILN_ASSIGN_OR_RETURN(passes::Pipeline cleanup, passes::pipeline_from_spec("fix(simplify,cse,dce)"));
     KILN_RETURN_IF_ERROR(cleanup.run(*result_.module).status());
+    // Then the step's many scalar all-reduces (each gradient's share of the global norm) meet once.
+    passes::AllReduceCombinerPass combiner;
+    KILN_RETURN_IF_ERROR(combiner.run(*result_.module).status());
     result_.collectives = count_collectives(*result_.module);
     return std::move(result_);
   }
