@@ -4,6 +4,8 @@
 
 #include "kiln/base/check.h"
 #include "kiln/models/gpt_oss/gpt_oss.h"
+#include "kiln/spmd/logical_rules.h"
+#include "kiln/spmd/mesh.h"
 
 namespace kiln::models {
 
@@ -17,10 +19,32 @@ ParamCounts Model::counts() const {
   return c;
 }
 
+namespace {
+
+// How many devices the experts and the batch are split over on the configured mesh, as the
+// partitioner will resolve them from the same logical axis rules: the MoE block writes its
+// dispatch over that many token shards (gpt_oss/expert_parallel.cc).
+Status set_moe_shards(const config::Config& config, gpt_oss::GptOssConfig& c) {
+  if (!c.is_moe()) return ok_status();
+  const spmd::Mesh mesh = spmd::Mesh::from_config(config.derived().mesh);
+  if (mesh.num_devices() == 1) return ok_status();
+  KILN_ASSIGN_OR_RETURN(spmd::LogicalRules rules, spmd::LogicalRules::from_config(config));
+  auto shards = [&](const std::string& logical, int64_t size) {
+    ir::Sharding s = rules.resolve({logical}, {size}, mesh);
+    return s.dims.empty() ? int64_t{1} : mesh.size(s.dims[0]);
+  };
+  c.expert_shards = shards("exp", c.num_experts);
+  c.token_shards = shards("activation_batch", config.derived().micro_batch_size);
+  return ok_status();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> make_model(const config::Config& config) {
   const std::string& block = config.get_string("decoder_block");
   if (block == "gpt_oss") {
     KILN_ASSIGN_OR_RETURN(gpt_oss::GptOssConfig c, gpt_oss::GptOssConfig::from(config));
+    KILN_RETURN_IF_ERROR(set_moe_shards(config, c));
     return std::unique_ptr<Model>(std::make_unique<gpt_oss::GptOss>(std::move(c)));
   }
   return invalid_argument("decoder_block: '{}' is not a model family Kiln has (accepted: gpt_oss)", block);

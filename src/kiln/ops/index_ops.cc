@@ -196,7 +196,8 @@ std::vector<std::vector<int>> scatter_add_dim_map(const Instr& instr) {
   int bd = static_cast<int>(batch_dims_of(instr));
   int ni = idx.rank() - bd;
   std::vector<int> xm(x.rank()), im(idx.rank()), um(updates.rank());
-  for (int i = 0; i < x.rank(); ++i) xm[i] = i;
+  // The scattered-into axis is addressed by global indices: it never maps.
+  for (int i = 0; i < x.rank(); ++i) xm[i] = i == axis ? -1 : i;
   for (int i = 0; i < idx.rank(); ++i) im[i] = i < bd ? i : -1;
   for (int i = 0; i < updates.rank(); ++i) um[i] = i < axis ? i : i < axis + ni ? -1 : i - ni + 1;
   return {xm, im, um};

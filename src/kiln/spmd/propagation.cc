@@ -56,6 +56,7 @@ bool has_passthrough(const Instr& instr) {
     case Opcode::kPad:
     case Opcode::kConcatenate:
     case Opcode::kGather:
+    case Opcode::kScatterAdd:  // batch dims and the dims after the axis (a take's gradient)
     case Opcode::kDotGeneral:
       return true;
     default:

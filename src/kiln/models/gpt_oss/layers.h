@@ -51,6 +51,18 @@ frontend::Tensor attention(const GptOssConfig& c, const ParamTable& p, const std
                            const frontend::Tensor& x, const RopeTables& rope, const frontend::Tensor& allowed,
                            const frontend::Tensor& segmentation, int64_t window);
 
+// hidden = act(gate[, up]) with the config's activations (mlp.cc); any equal shapes.
+frontend::Tensor hidden_activation(const GptOssConfig& c, const frontend::Tensor& gate, const frontend::Tensor& up);
+
+// The sparse experts over token shards (expert_parallel.cc): x [B, T, D], the routing's
+// expert index s32 [B, T, k], weights [B, T, k] and (capacity only) keep [B, T, k] (1 for
+// a pair within its expert's capacity; invalid when dropless) -> [B, T, D].
+frontend::Tensor token_routed_experts(const GptOssConfig& c, const ParamTable& p, const std::string& prefix,
+                                      const frontend::Tensor& x, const frontend::Tensor& index,
+                                      const frontend::Tensor& weights, const frontend::Tensor& keep);
+// Whether token_routed_experts applies to x [B, T, D] under the config's shards.
+bool use_token_routing(const GptOssConfig& c, const frontend::Tensor& x);
+
 struct MlpOutputs {
   frontend::Tensor out;      // [B, T, D]
   frontend::Tensor lb_loss;  // f32 [], weighted load-balance loss (invalid for a dense MLP or weight 0)

@@ -36,7 +36,9 @@ Tensor activation(const std::string& name, const Tensor& x) {
   return x;
 }
 
-// hidden = act(gate[, up]) with the config's activations; shapes are any equal shapes.
+}  // namespace
+
+// hidden = act(gate[, up]) with the config's activations; shapes are any equal shapes (layers.h).
 Tensor hidden_activation(const GptOssConfig& c, const Tensor& gate, const Tensor& up) {
   const auto& acts = c.mlp_activations;
   if (acts.size() == 1) return activation(acts[0], gate);
@@ -47,6 +49,8 @@ Tensor hidden_activation(const GptOssConfig& c, const Tensor& gate, const Tensor
   }
   return activation(acts[0], gate) * activation(acts[1], up);
 }
+
+namespace {
 
 Tensor dense_mlp(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x) {
   auto project = [&](const std::string& name) {
@@ -70,6 +74,7 @@ struct Routing {
   Tensor logits;   // f32 [B, T, E]: the router logits (for the load-balance loss)
   Tensor counts;   // f32 [E]: (token, expert) pairs routed to each expert
   Tensor dropped;  // f32 []: pairs dropped by the capacity (0 when dropless)
+  Tensor keep;     // f32 [B, T, k]: 1 for a pair within its expert's capacity (invalid when dropless)
 };
 
 // Inclusive prefix sum along `axis` in log2(n) shifted adds (Hillis-Steele).
@@ -122,6 +127,7 @@ Routing route(const GptOssConfig& c, const ParamTable& p, const std::string& pre
     Tensor position = (cumsum(hits, 1) * hits).sum({2}).reshape({b, t, k});        // 1-based, among its expert's pairs
     Tensor keep = frontend::where(position <= static_cast<double>(expert_capacity(c, t)), x.graph()->full({b, t, k}, 1.0), 0.0);
     r.weights = (r.weights * frontend::stop_gradient(keep)).named("expert_weights_kept");
+    r.keep = keep;
     r.dropped = (1.0 - keep).sum().named("dropped_pairs");
   }
   r.weights = r.weights.named("expert_weights");
@@ -197,7 +203,9 @@ MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& pr
     return result;
   }
   Routing routing = route(c, p, prefix, x);
-  Tensor out = c.sparse_matmul ? sparse_experts(c, p, prefix, x, routing) : dense_experts(c, p, prefix, x, routing);
+  Tensor out = !c.sparse_matmul              ? dense_experts(c, p, prefix, x, routing)
+               : use_token_routing(c, x) ? token_routed_experts(c, p, prefix, x, routing.index, routing.weights, routing.keep)
+                                         : sparse_experts(c, p, prefix, x, routing);
   result.out = out.named("out").axes({"activation_batch", "activation_length", "activation_embed"});
   {
     // Expert load for the metrics: max and mean pairs per expert, pairs dropped.
