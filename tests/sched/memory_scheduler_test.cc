@@ -128,9 +128,10 @@ TEST(MemoryScheduler, RunsRecomputationRightBeforeItsBackwardUse) {
 }
 
 // The step counter: %next = step + 1 is donated to the step argument, which the learning
-// rate %lr still reads. Run early (it is ready at once and allocates almost nothing), %next
-// could not take the argument's storage; with the donation the scheduler runs it after %lr,
-// and the donated output no longer counts as live bytes.
+// rate %lr still reads; AdamW's bias correction %bc reads %next. Run early (it is ready at
+// once and allocates almost nothing), %next could not take the argument's storage; with the
+// donation the scheduler runs it after %lr, and the donated output no longer counts as live
+// bytes.
 constexpr const char* kStepCounter = R"(module @counter
 
 ENTRY computation @main {
@@ -138,8 +139,10 @@ ENTRY computation @main {
   %x = f32[64] parameter(), index=1
   %one = s32[] constant(1)
   %next = s32[] add(%step, %one), name="step"
+  %bc = f32[] convert(%next), name="adamw"
   %lr = f32[] convert(%step), name="lr"
-  %b = f32[64] broadcast(%lr), dims={}
+  %f = f32[] mul(%lr, %bc)
+  %b = f32[64] broadcast(%f), dims={}
   %y = f32[64] mul(%x, %b)
   ROOT %t = (s32[], f32[64]) tuple(%next, %y)
 }
@@ -157,16 +160,18 @@ TEST(MemoryScheduler, RunsADonatedOutputAfterTheOtherReadersOfItsArgument) {
   Schedule listed = list_schedule(c, model, donating);
   expect_topological(c, listed);
   EXPECT_GT(position(listed, "next"), position(listed, "lr"));
-  // %b and %y (and %lr, 4 bytes, before %b); %next lives in the argument.
+  // %b and %y (and scalars before %b); %next lives in the argument.
   EXPECT_EQ(peak_live_bytes(model, listed, donating), 2 * 64 * 4);
   EXPECT_EQ(peak_live_bytes(model, listed), 2 * 64 * 4 + 4);
   // In program order %lr reads the argument after %next is written: counted.
   EXPECT_EQ(peak_live_bytes(model, program_order(c), donating), 2 * 64 * 4 + 4);
-  // Program order with %next moved after the argument's last other reader peaks as low.
+  // Program order with %next (and %bc, which reads it) moved after the argument's last other
+  // reader peaks as low.
   Schedule delayed = program_order(c);
   delay_donated_outputs(delayed, model, donating);
   expect_topological(c, delayed);
   EXPECT_EQ(position(delayed, "next"), position(delayed, "lr") + 1);
+  EXPECT_EQ(position(delayed, "bc"), position(delayed, "next") + 1);
   EXPECT_EQ(peak_live_bytes(model, delayed, donating), 2 * 64 * 4);
   EXPECT_EQ(choose_schedule(c, model, donating).schedule, listed);
 }

@@ -122,11 +122,24 @@ void delay_donated_outputs(Schedule& schedule, const BufferModel& model, const S
     // The last reader of the argument other than def itself.
     const int other = last[p].first == at ? last[p].second : last[p].first;
     if (other < at) continue;
-    bool users_later =
-        std::all_of(def->users().begin(), def->users().end(), [&](const Instr* u) { return pos.at(u) > other; });
-    if (!users_later) continue;
-    // Move def right after that reader; what lies between moves up one step.
-    std::rotate(schedule.begin() + at, schedule.begin() + at + 1, schedule.begin() + other + 1);
+    // def and what depends on it up to that reader move after it (in their order), unless
+    // one of them reads the argument too.
+    std::unordered_set<const Instr*> moving = {def};
+    std::vector<const Instr*> work = {def};
+    while (!work.empty()) {
+      const Instr* i = work.back();
+      work.pop_back();
+      for (const Instr* u : i->users()) {
+        if (pos.at(u) <= other && moving.insert(u).second) work.push_back(u);
+      }
+    }
+    bool reads_argument = std::any_of(moving.begin(), moving.end(), [&](const Instr* i) {
+      const auto used = model.used(i);
+      return i != def && std::find(used.begin(), used.end(), p) != used.end();
+    });
+    if (reads_argument) continue;
+    std::stable_partition(schedule.begin() + at, schedule.begin() + other + 1,
+                          [&](const Instr* i) { return !moving.count(i); });
     index();
   }
 }

@@ -50,9 +50,9 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
                        const ScheduleOptions& options = {});
 // Depth-first post order from the root, operands in order; unreachable instructions last.
 Schedule post_order_schedule(const ir::Computation& computation);
-// Moves each donated output's instruction right after the last other reader of its
-// argument, where its users allow, so the output can take the argument's storage (what the
-// list scheduler does by construction; choose_schedule applies it to the other orders).
+// Moves each donated output's instruction, with what depends on it up to there, right after
+// the last other reader of its argument, so the output can take the argument's storage
+// (what the list scheduler does by construction; choose_schedule applies it to the others).
 void delay_donated_outputs(Schedule& schedule, const BufferModel& model, const ScheduleOptions& options);
 
 // Peak bytes of computed (non-argument, non-constant) buffers live at once when the
