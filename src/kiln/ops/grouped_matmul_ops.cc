@@ -302,6 +302,7 @@ std::vector<OpExample> gmm_examples() {
       {batched_example("grouped_matmul", "f32[4,3,2]", "f32[4,2,3]", "{2, 1, 0, 3, 1, 0, 3, 3}", "f32[4,3,3]", "")},
       {batched_example("grouped_matmul", "f32[4,3,2]", "f32[4,3,2]", "{1, 1, 2, 0, 0, 2, 1, 2}", "f32[4,3,3]",
                        ", transpose_rhs=1")},
+      {batched_example("grouped_matmul", "bf16[4,3,2]", "bf16[4,2,3]", "{2, 1, 0, 3, 1, 0, 3, 3}", "bf16[4,3,3]", "")},
   };
 }
 
@@ -313,6 +314,8 @@ std::vector<OpExample> tgmm_examples() {
       {tgmm_example("bf16[4,3]", "bf16[4,2]", "{1, 2}", "bf16[2,3,2]")},
       {batched_example("grouped_matmul_weight_grad", "f32[4,3,2]", "f32[4,3,2]", "{2, 1, 0, 3, 1, 0, 3, 3}",
                        "f32[4,2,2]", ", num_groups=4")},
+      {batched_example("grouped_matmul_weight_grad", "bf16[4,3,2]", "bf16[4,3,2]", "{1, 2, 3, 0, 0, 3, 2, 1}",
+                       "bf16[4,2,2]", ", num_groups=4")},
   };
 }
 

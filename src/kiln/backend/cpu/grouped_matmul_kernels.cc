@@ -44,8 +44,8 @@ std::vector<Group> groups_of(const Buffer& sizes, int64_t rows) {
 }
 
 void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-           float* c, int64_t ldc) {
-  dnnl_status_t s = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+           float* c, int64_t ldc, float beta = 0.0f) {
+  dnnl_status_t s = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   KILN_CHECK(s == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(s);
 }
 
@@ -214,7 +214,87 @@ Kernel tgmm_kernel(const Instr& instr) {
 
 bool f32_or_bf16(ir::DType d) { return d == ir::DType::kF32 || d == ir::DType::kBF16; }
 
-// The batched form ([P, M, K] rows, expert parallelism) runs on the reference evaluation.
+// Batched form (expert parallelism, ops/grouped_matmul_ops.cc): x [P, M, K], sizes s32
+// [P, Gl]; entry p's groups use the Gl experts of block p mod (E / Gl). f32 tiles (bf16
+// operands widened, the result narrowed), all entries' tiles in one parallel loop.
+Kernel batched_gmm_kernel(const Instr& instr) {
+  const ir::Shape& xs = instr.operand(0)->shape();
+  const int64_t P = xs.dim(0), M = xs.dim(1), K = xs.dim(2), N = instr.shape().dim(2);
+  const int64_t Gl = instr.operand(2)->shape().dim(1), B = instr.operand(1)->shape().dim(0) / Gl;
+  const bool t = instr.attrs().get_int_or("transpose_rhs", 0) != 0;
+  return [=](std::span<const Value* const> in, Value& out) {
+    Buffer x_wide = widen_to_f32((*in[0])[0]), w_wide = widen_to_f32((*in[1])[0]);
+    const float* X = x_wide.as<float>();
+    const float* W = w_wide.as<float>();
+    const int32_t* S = (*in[2])[0].as<int32_t>();
+    bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
+    Buffer y_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
+    float* Y = y_wide.as<float>();
+    std::memset(Y, 0, sizeof(float) * P * M * N);  // padding rows stay zero
+    std::vector<Tile> tiles;  // Tile::g = p * Gl + group
+    for (int64_t p = 0; p < P && K > 0; ++p) {
+      int64_t at = 0;
+      for (int64_t g = 0; g < Gl; ++g) {
+        const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
+        for (int64_t r = at; r < end; r += kTileRows) {
+          for (int64_t c = 0; c < N; c += kTileCols) {
+            tiles.push_back({p * Gl + g, r, std::min(r + kTileRows, end), c, std::min(c + kTileCols, N), 0, 0});
+          }
+        }
+        at = end;
+      }
+    }
+    run_tiles(tiles, [&](const Tile& tile) {
+      const int64_t p = tile.g / Gl, expert = (p % B) * Gl + tile.g % Gl;
+      const float* Wg = W + expert * K * N + (t ? tile.c0 * K : tile.c0);
+      sgemm('N', t ? 'T' : 'N', tile.r1 - tile.r0, tile.c1 - tile.c0, K, X + (p * M + tile.r0) * K, K, Wg, t ? K : N,
+            Y + (p * M + tile.r0) * N + tile.c0, N);
+    });
+    if (narrow_out) narrow_to_bf16(y_wide, out[0]);
+  };
+}
+
+// Batched weight gradient: out [E, K, N], entry p's x_g^T dy_g added into expert
+// (p mod B) * Gl + g. Entries sharing a block run one after the other (beta = 1).
+Kernel batched_tgmm_kernel(const Instr& instr) {
+  const ir::Shape& xs = instr.operand(0)->shape();
+  const int64_t P = xs.dim(0), M = xs.dim(1), K = xs.dim(2), N = instr.operand(1)->shape().dim(2);
+  const int64_t Gl = instr.operand(2)->shape().dim(1), B = instr.shape().dim(0) / Gl;
+  return [=](std::span<const Value* const> in, Value& out) {
+    Buffer x_wide = widen_to_f32((*in[0])[0]), d_wide = widen_to_f32((*in[1])[0]);
+    const float* X = x_wide.as<float>();
+    const float* D = d_wide.as<float>();
+    const int32_t* S = (*in[2])[0].as<int32_t>();
+    bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
+    Buffer o_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
+    float* O = o_wide.as<float>();
+    std::memset(O, 0, sizeof(float) * B * Gl * K * N);  // empty groups' gradients are zero
+    for (int64_t p = 0; p < P; ++p) {
+      std::vector<Tile> tiles;
+      int64_t at = 0;
+      for (int64_t g = 0; g < Gl; ++g) {
+        const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
+        for (int64_t k = 0; end > at && k < K; k += kTileRows) {
+          for (int64_t c = 0; c < N; c += kTileCols) {
+            tiles.push_back({(p % B) * Gl + g, at, end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
+          }
+        }
+        at = end;
+      }
+      run_tiles(tiles, [&](const Tile& tile) {
+        sgemm('T', 'N', tile.k1 - tile.k0, tile.c1 - tile.c0, tile.r1 - tile.r0, X + (p * M + tile.r0) * K + tile.k0, K,
+              D + (p * M + tile.r0) * N + tile.c0, N, O + tile.g * K * N + tile.k0 * N + tile.c0, N, 1.0f);
+      });
+    }
+    if (narrow_out) narrow_to_bf16(o_wide, out[0]);
+  };
+}
+
+bool accepts_batched(const Instr& instr) {
+  return instr.operand(0)->shape().rank() == 3 && f32_or_bf16(instr.shape().dtype()) &&
+         f32_or_bf16(instr.operand(0)->shape().dtype()) && f32_or_bf16(instr.operand(1)->shape().dtype());
+}
+
 bool accepts(const Instr& instr) {
   return instr.operand(0)->shape().rank() == 2 && f32_or_bf16(instr.shape().dtype()) && f32_or_bf16(instr.operand(0)->shape().dtype()) &&
          f32_or_bf16(instr.operand(1)->shape().dtype());
@@ -224,7 +304,9 @@ bool accepts(const Instr& instr) {
 
 std::vector<NativeKernelEntry> grouped_matmul_kernels() {
   return {{ir::Opcode::kGroupedMatmul, accepts, gmm_kernel},
-          {ir::Opcode::kGroupedMatmulWeightGrad, accepts, tgmm_kernel}};
+          {ir::Opcode::kGroupedMatmulWeightGrad, accepts, tgmm_kernel},
+          {ir::Opcode::kGroupedMatmul, accepts_batched, batched_gmm_kernel},
+          {ir::Opcode::kGroupedMatmulWeightGrad, accepts_batched, batched_tgmm_kernel}};
 }
 
 }  // namespace kiln::backend::cpu
