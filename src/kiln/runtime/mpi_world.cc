@@ -346,8 +346,8 @@ class ReduceOp final : public MpiOp {
   std::vector<char> scratch_;
 };
 
-// Phase 0: every member tells every other how many bytes it sends (8-byte headers) and posts
-// its data sends; once the headers are in, phase 1 receives the data into out.
+// Phase 0: every member tells every other how many bytes it sends (8-byte headers); once the
+// headers are in, phase 1 posts the data sends and receives the data into out.
 class RaggedOp final : public MpiOp {
  public:
   RaggedOp(Group g, MpiCollectives* d, size_t r, const void* in, std::vector<size_t> send_offsets,
@@ -372,14 +372,17 @@ class RaggedOp final : public MpiOp {
           if (j == rank_) continue;
           KILN_RETURN_IF_ERROR(recv(&headers_in_[j], sizeof(uint64_t), j, 0));
           KILN_RETURN_IF_ERROR(send(&headers_out_[j], sizeof(uint64_t), j, 0));
-          if (send_bytes_[j] > 0) KILN_RETURN_IF_ERROR(send(in_ + send_offsets_[j], send_bytes_[j], j, 1));
         }
         return false;
       case 1:
+        // The data goes in the phase that also receives it: a message past MPI's eager limit
+        // completes only once its receive is posted, so sends waited on in phase 0 would
+        // deadlock two members sending each other large blocks.
         for (size_t j = 0; j < n(); ++j) {
           if (j == rank_) continue;
           (*recv_bytes_)[j] = headers_in_[j];
           if (headers_in_[j] > 0) KILN_RETURN_IF_ERROR(recv(out_ + recv_offsets_[j], headers_in_[j], j, 1));
+          if (send_bytes_[j] > 0) KILN_RETURN_IF_ERROR(send(in_ + send_offsets_[j], send_bytes_[j], j, 1));
         }
         return false;
       default: return true;
