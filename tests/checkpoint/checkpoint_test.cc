@@ -266,11 +266,20 @@ TEST(Checkpoint, SigkillAtRandomMomentsAlwaysLeavesALoadableLatestCheckpoint) {
   std::mt19937 rng(2026);
   int64_t next = 1, killed_mid_save = 0;
   for (int round = 0; round < 12; ++round) {
+    // The child says when it runs: on a loaded machine it may not be scheduled for a while
+    // after fork(), and a kill before it starts tests nothing.
+    int started[2];
+    ASSERT_EQ(pipe(started), 0);
     pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
+      (void)!write(started[1], "s", 1);
       for (int64_t step = next;; ++step) (void)save(dir, big_state(step));
     }
+    char c = 0;
+    ASSERT_EQ(read(started[0], &c, 1), 1);
+    close(started[0]);
+    close(started[1]);
     std::this_thread::sleep_for(std::chrono::microseconds(500 + rng() % 20000));
     ASSERT_EQ(kill(child, SIGKILL), 0);
     int status = 0;
