@@ -1,7 +1,6 @@
 #include "kiln/sched/memory_scheduler.h"
 
 #include <algorithm>
-#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -19,9 +18,8 @@ Schedule program_order(const ir::Computation& computation) {
 }
 
 bool is_recomputation(const ir::Instr& instr) {
-  constexpr std::string_view kSuffix = ".remat";
   const std::string& name = instr.meta().name;
-  return name.size() >= kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  return name.ends_with(".remat") || name.ends_with(".regather");
 }
 
 std::vector<std::pair<int, int>> donated_buffers(const BufferModel& model,

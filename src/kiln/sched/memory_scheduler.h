@@ -7,11 +7,15 @@
 // greedy choice can lose), as XLA tries several schedulers and keeps the best.
 //
 // Two constraints keep the list scheduler from undoing other decisions:
-//   - recomputation (RematPass's clones, named "<name>.remat") is scheduled lazily: a clone
-//     is never ready on its own; it runs, with the clones it reads, right before the first
-//     instruction that needs it. Otherwise a clone is "ready" as soon as its saved inputs
-//     exist, i.e. in the forward pass, and the recomputed values live as long as the saved
-//     ones would have (XLA avoids this by running remat after scheduling);
+//   - recomputation (RematPass's clones "<name>.remat", RegatherPass's all-gathers of FSDP
+//     weights for the backward pass "<name>.regather") is scheduled lazily: a clone is
+//     never ready on its own; when an instruction that reads one is picked, the clones not
+//     run yet up to that one in program order (where the topological sort put them: right
+//     before their first backward use, so the last layer's first) run right before it, and
+//     such instructions are picked only when nothing else is ready (then the most recently
+//     ready first: the one the gradient just reached). Otherwise a clone is "ready" as soon
+//     as its saved inputs exist, i.e. in the forward pass, and the recomputed values live as
+//     long as the saved ones would have (XLA avoids this by running remat after scheduling);
 //   - a donated output (the training state, written into its argument's storage) waits for
 //     every other reader of that argument, so the donation can happen in place: the step
 //     counter's step + 1 no longer runs before the learning-rate schedule reads the old step.
@@ -37,7 +41,7 @@ struct ScheduleOptions {
 };
 
 // Whether `instr` recomputes a forward value for the backward pass (RematPass's clones and
-// fusions rooted at one carry the name suffix ".remat").
+// fusions rooted at one carry the name suffix ".remat", RegatherPass's ".regather").
 bool is_recomputation(const ir::Instr& instr);
 
 // The (output buffer, argument buffer) pairs of `donated` that buffer assignment can alias:
