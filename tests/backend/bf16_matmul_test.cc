@@ -180,9 +180,11 @@ TEST(Bf16Matmul, GroupedMatmulsEqualInterpreterAcrossTiles) {
 }
 
 TEST(Bf16Matmul, Bf16ReductionsAndScatterAddRunNatively) {
-  // The bf16 gradients of biases (reduce_sum) and of gathers (scatter_add) run on the f32
-  // kernels through widening instead of the reference fallback; reductions over a
-  // contiguous block and over a permuted set of dims, repeated scatter indices.
+  // The bf16 gradients of biases (reduce_sum) and of gathers (scatter_add) run natively
+  // instead of on the reference fallback (reductions on the f32 kernels through widening,
+  // scatter_add summing the bf16 update rows into an f32 copy of the operand); reductions
+  // over a contiguous block and over a permuted set of dims, repeated scatter indices, on
+  // the leading axis and on an inner one.
   expect_matches_interpreter(
       "module @t\n\nENTRY computation @main {\n"
       "  %x = bf16[6,5,40] parameter(), index=0\n"
@@ -193,7 +195,10 @@ TEST(Bf16Matmul, Bf16ReductionsAndScatterAddRunNatively) {
       "  %u = bf16[6,40] parameter(), index=2\n"
       "  %i = s32[6] constant({3, 0, 3, 1, 3, 2})\n"
       "  %a = bf16[4,40] scatter_add(%z, %i, %u), axis=0, batch_dims=0\n"
-      "  ROOT %r = (bf16[40], bf16[5], bf16[6,5], bf16[4,40]) tuple(%s, %m, %n, %a)\n}\n",
+      "  %y = bf16[3,4,8] parameter(), index=3\n"
+      "  %v = bf16[3,6,8] parameter(), index=4\n"
+      "  %b = bf16[3,4,8] scatter_add(%y, %i, %v), axis=1, batch_dims=0\n"
+      "  ROOT %r = (bf16[40], bf16[5], bf16[6,5], bf16[4,40], bf16[3,4,8]) tuple(%s, %m, %n, %a, %b)\n}\n",
       21);
 }
 

@@ -161,8 +161,13 @@ void gather_rows(const IndexGeometry& g, const std::byte* x, const Buffer& idx, 
   }
 }
 
-template <typename T>
-void scatter_add_rows(const IndexGeometry& g, const T* upd, const Buffer& idx, T* out) {
+inline float widen(float x) { return x; }
+inline double widen(double x) { return x; }
+inline float widen(uint16_t bf16_bits) { return ir::bf16_bits_to_float(bf16_bits); }
+
+// out[rows of idx] += upd rows; U is T, or bf16 bits summed into an f32 out.
+template <typename T, typename U>
+void scatter_add_rows(const IndexGeometry& g, const U* upd, const Buffer& idx, T* out) {
   // Parallel over batch and pre only: two indices may hit the same row within one (b, p).
 #pragma omp parallel for collapse(2) schedule(static) if (g.batch * g.pre > 1 && g.batch * g.pre * g.m * g.post > (1 << 15))
   for (int64_t b = 0; b < g.batch; ++b) {
@@ -171,8 +176,8 @@ void scatter_add_rows(const IndexGeometry& g, const T* upd, const Buffer& idx, T
         int64_t k = index_at(idx, b * g.m + j);
         if (k < 0 || k >= g.n) continue;
         T* dst = out + ((b * g.pre + p) * g.n + k) * g.post;
-        const T* src = upd + ((b * g.pre + p) * g.m + j) * g.post;
-        for (int64_t q = 0; q < g.post; ++q) dst[q] += src[q];
+        const U* src = upd + ((b * g.pre + p) * g.m + j) * g.post;
+        for (int64_t q = 0; q < g.post; ++q) dst[q] += widen(src[q]);
       }
     }
   }
@@ -207,6 +212,23 @@ Kernel scatter_add_kernel(const Instr& instr) {
   };
 }
 
+// bf16: the operand widened into an f32 sum, the bf16 update rows added as they are read
+// (no widened copy of the updates, which are the large input: [N k, D] expert rows into
+// [E, D] bias gradients or [N, D] tokens), then rounded once, as the interpreter rounds
+// the exact sum once.
+Kernel bf16_scatter_add_kernel(const Instr& instr) {
+  IndexGeometry g = index_geometry(instr);
+  return [g](std::span<const Value* const> in, Value& out) {
+    const Buffer& x = (*in[0])[0];
+    const Buffer& updates = (*in[2])[0];
+    KILN_CHECK(x.shape().dtype() == ir::DType::kBF16 && updates.shape().dtype() == ir::DType::kBF16)
+        << "bf16 scatter_add of " << x.shape().to_string() << " and " << updates.shape().to_string();
+    Buffer sum = widen_to_f32(x);  // a fresh f32 copy of the operand
+    scatter_add_rows(g, updates.as<uint16_t>(), (*in[1])[0], sum.as<float>());
+    narrow_to_bf16(sum, out[0]);
+  };
+}
+
 }  // namespace
 
 std::vector<NativeKernelEntry> data_movement_kernels() {
@@ -222,7 +244,7 @@ std::vector<NativeKernelEntry> data_movement_kernels() {
       {ir::Opcode::kIota, any, iota_kernel},
       {ir::Opcode::kGather, any, gather_kernel},
       {ir::Opcode::kScatterAdd, float_data, scatter_add_kernel},
-      {ir::Opcode::kScatterAdd, bf16_data, [](const Instr& i) { return via_f32(scatter_add_kernel(i)); }},
+      {ir::Opcode::kScatterAdd, bf16_data, bf16_scatter_add_kernel},
   };
 }
 
