@@ -4,7 +4,9 @@
 Trains the same model for a few steps (compiled CPU backend, synthetic reused batch, the
 same global batch) on one device and on N virtual devices with the given mesh, and prints
 the median step time of each (first step excluded: it warms caches) and their ratio, plus
-the collective time the run reports (`collective_wait` in the step log, when present).
+the collective time the run reports (`collective_wait` in the step log, when present), and
+each device's compute time (the profiler's attribution table, collectives and host time
+left out) beside the one-device step's, row by row, with the exposed collective time by kind.
 Virtual devices share the machine's cores (each gets cores / N threads), so on a 2-core
 machine the ideal ratio is 1.0: the same work split in two, run on half the cores each.
 
@@ -12,6 +14,7 @@ Usage: /usr/bin/python3 bench/sharded_vs_single.py [--kiln build/kiln] [--model 
        [--mesh "ici_fsdp_parallelism=2"] [--devices 2] [--steps 6]
 """
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -19,15 +22,30 @@ import sys
 import tempfile
 
 
+# Attribution rows that are not a device's own compute.
+NOT_COMPUTE = ("collective", "data wait", "checkpoint stall", "host overhead", "total")
+
+
+def attribution(text):
+    """Seconds per step by row of the profiler's attribution table (device 0's instructions)."""
+    rows = {}
+    table = text[text.find("where the step time went"):]
+    for m in re.finditer(r"^  (\S.*?)\s{2,}([0-9.]+)\s+[0-9.]+%", table, re.M):
+        rows[m.group(1).strip()] = float(m.group(2))
+    return rows
+
+
 def run(kiln, model, extra, steps, out):
+    # The profiler observes every step after the first, for the per-device compute time.
     args = [kiln, "train", "model_name=" + model, "steps=%d" % steps, "reuse_example_batch=1", "log_period=1",
             "enable_checkpointing=false", "dataset_type=synthetic", "base_output_directory=" + out,
-            "run_name=bench"] + extra
+            "run_name=bench", "profiler=trace", "skip_first_n_steps_for_profiler=1",
+            "profiler_steps=%d" % (steps - 1)] + extra
     text = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     times = [float(m) for m in re.findall(r"completed step: \d+, seconds: ([0-9.]+)", text)]
     waits = [float(m) for m in re.findall(r"collective_wait: ([0-9.]+)", text)]
     losses = [float(m) for m in re.findall(r" loss: ([0-9.]+)", text)]
-    return times, waits, losses
+    return times, waits, losses, attribution(text)
 
 
 def main():
@@ -42,9 +60,9 @@ def main():
     a = p.parse_args()
     common = ["override_model_config=true", "max_target_length=%d" % a.seq]
     with tempfile.TemporaryDirectory() as out:
-        one, _, l1 = run(a.kiln, a.model, common + ["local_devices=1", "ici_fsdp_parallelism=1",
+        one, _, l1, a1 = run(a.kiln, a.model, common + ["local_devices=1", "ici_fsdp_parallelism=1",
                                                    "per_device_batch_size=%d" % a.batch], a.steps, out)
-        many, waits, ln = run(a.kiln, a.model, common + ["local_devices=%d" % a.devices,
+        many, waits, ln, an = run(a.kiln, a.model, common + ["local_devices=%d" % a.devices,
                                                         "per_device_batch_size=%g" % (a.batch / a.devices)]
                               + a.mesh.split(), a.steps, out)
     t1, tn = statistics.median(one[1:]), statistics.median(many[1:])
@@ -56,6 +74,21 @@ def main():
         print("collective wait per step (median): %.3f s (%.0f%% of the step)" % (statistics.median(waits[1:]),
                                                                                 100 * statistics.median(waits[1:]) / tn))
     print("first/last loss: 1 device %.4f -> %.4f, sharded %.4f -> %.4f" % (l1[0], l1[-1], ln[0], ln[-1]))
+    # Per-device compute vs the one-device step's, from the attribution tables: on a loaded
+    # machine the wall-clock ratio mostly measures descheduling, this one the work each device
+    # does. Ideal: 1/devices of the work on threads/devices threads each (linear thread
+    # scaling assumed); OMP_NUM_THREADS=1 gives every run one thread per device (ideal 1/N).
+    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+    ideal = (1.0 / a.devices) * threads / max(1, threads // a.devices)
+    c1 = sum(v for k, v in a1.items() if not k.startswith(NOT_COMPUTE))
+    cn = sum(v for k, v in an.items() if not k.startswith(NOT_COMPUTE))
+    if c1 > 0 and cn > 0:
+        print("compute per device / one-device compute: %.2f (%.3f s vs %.3f s per step; ideal %.2f)"
+              % (cn / c1, cn, c1, ideal))
+        for k in sorted(set(a1) | set(an)):
+            if k.startswith(NOT_COMPUTE[1:]) or k == "total":
+                continue
+            print("  %-38s %8.4f %8.4f" % (k, a1.get(k, 0.0), an.get(k, 0.0)))
 
 
 if __name__ == "__main__":
