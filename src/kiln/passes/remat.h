@@ -19,7 +19,9 @@
 //     rewired to a clone ("<name>.remat") built from saved values, one clone per value.
 // The clones are appended and placed by the topological sort just before their first
 // backward use, i.e. at the start of that layer's backward pass, so the original forward
-// values die at their last forward use.
+// values die at their last forward use. The memory scheduler keeps them there: it runs a
+// clone (recognized by its name) only right before an instruction that needs it
+// (sched/memory_scheduler.h).
 //
 // Policies (MaxText's names and saved checkpoint names):
 //   none                               the pass changes nothing
