@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "kiln/backend/backend.h"
 #include "kiln/base/check.h"
 #include "kiln/interp/interpreter.h"
@@ -89,6 +91,68 @@ std::vector<std::tuple<ir::Opcode, bool>> all_cases() {
 INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::ValuesIn(all_cases()), [](const auto& info) {
   return std::string(ir::opcode_name(std::get<0>(info.param))) + (std::get<1>(info.param) ? "_fused" : "_unfused");
 });
+
+// Large reductions take the split paths of reduce_plan.h (full reductions, few rows, columns
+// over many rows), fused behind an elementwise prologue and as native kernels, with a NaN
+// that max and min must keep. One module holds every case, so one kernel library is built.
+TEST(CpuBackend, LargeReductionsEqualInterpreter) {
+  struct Case {
+    std::string dims, reduced, kept;
+  };
+  const std::vector<Case> cases = {
+      {"131101", "0", ""}, {"3,70001", "1", "3"}, {"9001,40", "0", "40"}, {"2,3000,17", "1", "2,17"}, {"4,5,6000", "1,2", "4"}};
+  // A distinct prologue per reduction, so none is shared (a shared one would not fuse).
+  const std::vector<std::pair<std::string, std::string>> ops = {
+      {"reduce_sum", "mul(%x{0}, %x{0})"}, {"reduce_max", "neg(%x{0})"}, {"reduce_min", "abs(%x{0})"}};
+  std::string params, body, results, shapes;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    params += fmt::format("  %x{} = f32[{}] parameter(), index={}\n", c, cases[c].dims, c);
+    for (size_t k = 0; k < ops.size(); ++k) {
+      body += fmt::format("  %p{0}_{1} = f32[{2}] {3}\n", c, k, cases[c].dims, fmt::format(fmt::runtime(ops[k].second), c));
+      body += fmt::format("  %r{0}_{1} = f32[{2}] {3}(%p{0}_{1}), dims={{{4}}}\n", c, k, cases[c].kept, ops[k].first,
+                          cases[c].reduced);
+      results += fmt::format("{}%r{}_{}", results.empty() ? "" : ", ", c, k);
+      shapes += fmt::format("{}f32[{}]", shapes.empty() ? "" : ", ", cases[c].kept);
+    }
+  }
+  std::string text = fmt::format("module @r\nENTRY computation @main {{\n{}{}  ROOT %t = ({}) tuple({})\n}}\n", params,
+                                 body, shapes, results);
+  auto module = ir::parse_module(text);
+  ASSERT_TRUE(module.ok()) << module.status().to_string() << "\n" << text;
+  std::mt19937_64 rng(7);
+  std::vector<ir::Literal> args;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    args.push_back(testing::random_literal((*module)->entry()->param(c)->shape(), rng, -2, 2));
+  }
+  auto want = interp::run(**module, args);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  // The same cases with a NaN in every input: the sums are NaN, max and min must keep it.
+  std::vector<ir::Literal> nan_args = args;
+  for (ir::Literal& x : nan_args) x.mutable_values()[x.shape().num_elements() / 2 + 1] = std::nan("");
+  auto want_nan = interp::run(**module, nan_args);
+  ASSERT_TRUE(want_nan.ok()) << want_nan.status().to_string();
+  for (bool fuse : {true, false}) {
+    CompileOptions options;
+    options.cache_dir = cache_dir();
+    options.fuse = fuse;
+    auto exe = compile_cpu(**module, options);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    if (fuse) EXPECT_EQ((*exe)->report().fused_kernels, static_cast<int64_t>(cases.size() * ops.size()));
+    for (const auto* inputs : {&args, &nan_args}) {
+      std::vector<Buffer> buffers;
+      for (const auto& l : *inputs) buffers.push_back(Buffer::from_literal(l));
+      auto got = (*exe)->run(buffers);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      const auto& expected = inputs == &args ? *want : *want_nan;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        const Case& c = cases[i / ops.size()];
+        expect_close((*got)[i], expected[i],
+                     fmt::format("{} over {{{}}} of [{}] fused={} nan={}", ops[i % ops.size()].first, c.reduced, c.dims,
+                                 fuse, inputs != &args));
+      }
+    }
+  }
+}
 
 TEST(CpuBackend, FusesElementwiseChainsAndCachesKernels) {
   const char* text = R"(module @chain

@@ -38,38 +38,51 @@ const char* placement_name(Placement p) {
   return "?";
 }
 
-bool can_write_in_place(const Instr& instr, int operand) {
-  if (instr.opcode() != Opcode::kFusion || instr.shape().is_tuple() || instr.called().empty()) return false;
+bool can_write_in_place(const Instr& instr, int operand, int element) {
+  if (instr.opcode() != Opcode::kFusion || instr.called().empty()) return false;
   const ir::Computation& body = *instr.called()[0];
   const Instr* root = body.root();
-  if (root->shape().is_tuple() || is_reduce(root->opcode())) return false;
-  if (root->shape().dims() != instr.shape().dims()) return false;
+  // Every array output is written at the index the loop reads its operands at, after all of
+  // them are read (an input fusion's loop nest visits each index of its input once too); a
+  // reduction's result is not.
+  const Instr* written = root;
+  if (root->opcode() == Opcode::kTuple) {
+    if (element < 0 || element >= root->num_operands()) return false;
+    written = root->operand(element);
+  } else if (element != 0) {
+    return false;
+  }
+  if (written->shape().is_tuple() || is_reduce(written->opcode())) return false;
+  const ir::Shape& out = written->shape();
   const Instr* param = nullptr;
   for (const Instr* p : body.params()) {
     if (p->attrs().get_int("index") == operand) param = p;
   }
   if (param == nullptr) return false;
-  if (param->shape().is_tuple() || param->shape().dims() != instr.shape().dims() ||
-      ir::dtype_size(param->shape().dtype()) != ir::dtype_size(instr.shape().dtype())) {
+  if (param->shape().is_tuple() || param->shape().dims() != out.dims() ||
+      ir::dtype_size(param->shape().dtype()) != ir::dtype_size(out.dtype())) {
     return false;
   }
   for (const Instr* user : param->users()) {
+    if (user->opcode() == Opcode::kTuple) continue;  // the operand passed through as an output
+    if (is_reduce(user->opcode()) && user->operand(0)->shape().dims() == out.dims()) continue;  // read at idx too
     if (!ops::op_def(user->opcode()).elementwise) return false;
-    if (user->shape().is_tuple() || user->shape().dims() != instr.shape().dims()) return false;
+    if (user->shape().is_tuple() || user->shape().dims() != out.dims()) return false;
   }
   return true;
 }
 
 namespace {
 
-// Whether `instr` reads buffer `b` only through operands it may overwrite in place.
-bool reads_only_in_place(const Instr& instr, const sched::BufferModel& model, int b) {
+// Whether `instr` reads buffer `b` only through operands its output `element` may overwrite
+// in place.
+bool reads_only_in_place(const Instr& instr, const sched::BufferModel& model, int b, int element) {
   bool reads = false;
   for (int k = 0; k < instr.num_operands(); ++k) {
     const auto& leaves = model.leaves(instr.operand(k));
     if (std::find(leaves.begin(), leaves.end(), b) == leaves.end()) continue;
     reads = true;
-    if (leaves.size() != 1 || !can_write_in_place(instr, k)) return false;
+    if (leaves.size() != 1 || !can_write_in_place(instr, k, element)) return false;
   }
   return reads;
 }
@@ -178,7 +191,7 @@ Result<BufferAssignment> assign_buffers(const ir::Computation& computation, cons
     Slot& rs = a.slots[r];
     if (ps.end > rs.start) continue;  // the argument is still read after the output is written
     if (ps.end == rs.start) {
-      if (rb.def->shape().is_tuple() || !reads_only_in_place(*rb.def, model, p)) continue;
+      if (!reads_only_in_place(*rb.def, model, p, rb.element)) continue;
       rs.in_place_of = p;
     }
     rs.placement = Placement::kDonated;
@@ -196,11 +209,11 @@ Result<BufferAssignment> assign_buffers(const ir::Computation& computation, cons
     for (int r : model.defined(instr)) {
       if (a.slots[r].placement != Placement::kArena) continue;
       int joined = -1;
-      if (options.in_place && !instr->shape().is_tuple()) {
+      if (options.in_place) {
         for (int b : model.used(instr)) {
           int g = group_of[b];
           if (g < 0 || groups[g].end != s || groups[g].members.back() != b) continue;
-          if (buffers[b].bytes != buffers[r].bytes || !reads_only_in_place(*instr, model, b)) continue;
+          if (buffers[b].bytes != buffers[r].bytes || !reads_only_in_place(*instr, model, b, buffers[r].element)) continue;
           joined = g;
           a.slots[r].in_place_of = b;
           ++a.in_place_reuses;

@@ -68,11 +68,12 @@ struct BufferAssignment {
   std::string to_string(const sched::BufferModel& model) const;
 };
 
-// Whether `fusion` may write its result over operand `operand`'s storage: a loop fusion
-// (no reduction root, array result) whose fused parameter is read only at the output's own
-// index (same dims as the result, read by elementwise ops), so element i is read before
-// element i is written and nothing else of the operand is read later in the kernel.
-bool can_write_in_place(const ir::Instr& instr, int operand);
+// Whether `fusion` may write its result (output `element` of a multi-output fusion) over
+// operand `operand`'s storage: a loop fusion (no reduction) whose fused parameter is read
+// only at the output's own index (same dims as the output, read by elementwise ops), so
+// element i is read before element i is written and nothing else of the operand is read
+// later in the kernel.
+bool can_write_in_place(const ir::Instr& instr, int operand, int element = 0);
 
 Result<BufferAssignment> assign_buffers(const ir::Computation& computation, const sched::BufferModel& model,
                                         sched::Schedule schedule, const AssignmentOptions& options);

@@ -2,7 +2,9 @@
 // the fusion's operands. kind=loop: elementwise ops over the result's dims (with scalar
 // operands broadcast); kind=input: the same over a reduction's input dims, ending in the
 // reduction. Its value is the body's root, so the reference evaluation simply
-// evaluates the body; backends generate one kernel from it.
+// evaluates the body; backends generate one kernel from it. A multi-output fusion's root is
+// a tuple of arrays (passes/multi_output_fusion.h): for kind=input the first is the
+// reduction and the others are values over the reduction's input dims.
 #include <unordered_map>
 
 #include "kiln/base/check.h"
@@ -65,7 +67,12 @@ void register_fusion_ops(OpTable& table) {
   d.attrs = {{"kind", AttrKind::kString, true, {"loop", "input"}}};
   d.infer = [](const InferContext& c) -> Result<Shape> {
     KILN_ASSIGN_OR_RETURN(Shape s, internal::require_declared(c, "fusion"));
-    if (s.is_tuple()) return invalid_argument("a fusion produces one array, not {}", s.to_string());
+    if (s.is_tuple()) {
+      if (s.elements().empty()) return invalid_argument("a multi-output fusion produces at least one array");
+      for (const Shape& e : s.elements()) {
+        if (e.is_tuple()) return invalid_argument("a fusion produces arrays or a tuple of arrays, not {}", s.to_string());
+      }
+    }
     return s;
   };
   d.eval = eval_fusion;
@@ -101,6 +108,36 @@ ENTRY computation @main {
   %x = f32[2,3,4] parameter(), index=0
   %y = f32[2,3,4] parameter(), index=1
   ROOT %f = f32[2,4] fusion(%x, %y), kind=input, calls={@fused.1}
+}
+)"},
+                {R"(module @example
+
+computation @fused.2 {
+  %a = f32[2,3] parameter(), index=0
+  %b = f32[2,3] parameter(), index=1
+  %m = f32[2,3] mul(%a, %b)
+  %e = f32[2,3] add(%m, %a)
+  ROOT %t = (f32[2,3], f32[2,3]) tuple(%e, %m)
+}
+
+ENTRY computation @main {
+  %x = f32[2,3] parameter(), index=0
+  %y = f32[2,3] parameter(), index=1
+  ROOT %f = (f32[2,3], f32[2,3]) fusion(%x, %y), kind=loop, calls={@fused.2}
+}
+)"},
+                {R"(module @example
+
+computation @fused.3 {
+  %a = f32[2,3,4] parameter(), index=0
+  %m = f32[2,3,4] mul(%a, %a)
+  %r = f32[2,4] reduce_max(%m), dims={1}
+  ROOT %t = (f32[2,4], f32[2,3,4]) tuple(%r, %m)
+}
+
+ENTRY computation @main {
+  %x = f32[2,3,4] parameter(), index=0
+  ROOT %f = (f32[2,4], f32[2,3,4]) fusion(%x), kind=input, calls={@fused.3}
 }
 )"}};
   table.add(std::move(d));

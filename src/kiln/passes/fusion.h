@@ -14,8 +14,9 @@
 // its group grows the same way over the reduction's input dims (RMSNorm's sum of squares,
 // softmax denominators, gradient norms never materialize their input).
 //
-// Not yet: reduction epilogues, fusing transposes and non-scalar broadcasts (index maps),
-// multi-output fusions. See docs/backend.md.
+// Multi-output fusion (a producer that others also read, merged into its consumer) is a pass
+// of its own, run after this one: passes/multi_output_fusion.h. Not yet: reduction
+// epilogues, fusing transposes and non-scalar broadcasts (index maps). See docs/backend.md.
 #pragma once
 
 #include "kiln/passes/pass.h"

@@ -7,6 +7,7 @@
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/multi_output_fusion.h"
 #include "kiln/passes/regather.h"
 #include "kiln/passes/remat.h"
 #include "kiln/passes/simplify.h"
@@ -21,6 +22,8 @@ const std::vector<PassInfo>& registered_passes() {
        [] { return std::make_unique<SimplifyPass>(); }},
       {"fusion", "groups elementwise ops into loop fusions (one generated kernel each)",
        [] { return std::make_unique<FusionPass>(); }},
+      {"multi_output_fusion", "merges a loop fusion into its consumer when others also read it (one kernel, several outputs)",
+       [] { return std::make_unique<MultiOutputFusionPass>(); }},
       {"remat", "recomputes decoder-layer activations in the backward pass (remat_policy=full; compile uses the config's)",
        [] { return std::make_unique<RematPass>(RematPolicy::from_name("full").value()); }},
       {"all_reduce_combiner", "merges independent small all-reduces over the same devices into one",

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/backend/cpu/reduce_plan.h"
 #include "kiln/base/check.h"
 #include "kiln/base/hash.h"
 #include "kiln/ops/registry.h"
@@ -58,42 +59,56 @@ std::string literal(DType d, double v) {
   return fmt::format("static_cast<{}>({:.17g})", t, v);
 }
 
-// The elemental body: one statement per instruction, `v<k>` holding its value at index i.
+// The elemental body: one statement per instruction, `v<k>` holding its value at index idx.
 struct Body {
-  std::string hoisted;  // scalar loads, outside the loop
-  std::string loop;     // inside the loop
-  std::string result;
+  std::string hoisted;               // scalar loads, outside the loop
+  std::string loop;                  // inside the loop
+  std::vector<std::string> results;  // the array outputs' values at idx (a reduction's excluded)
+  std::vector<DType> result_types;
+  const Instr* reduce = nullptr;     // an input fusion's reduction (its first output)
+  std::string reduced;               // the value it reduces
 };
 
 bool is_reduce(const Instr* i) {
   return i->opcode() == Opcode::kReduceSum || i->opcode() == Opcode::kReduceMax || i->opcode() == Opcode::kReduceMin;
 }
 
-// Statements for every instruction up to the root (an input fusion's reduction root is left
-// to the caller: `result` is then the value it reduces). Loads index with `idx`.
+// The body's outputs: the root, or the elements of a root tuple (multi-output fusions).
+std::vector<const Instr*> outputs_of(const ir::Computation& body) {
+  const Instr* root = body.root();
+  if (root->opcode() != Opcode::kTuple) return {root};
+  return {root->operands().begin(), root->operands().end()};
+}
+
+const Instr* reduction_of(const ir::Computation& body) {
+  const Instr* first = outputs_of(body).front();
+  return is_reduce(first) ? first : nullptr;
+}
+
+// Statements for every instruction but the root tuple and the reduction (which the caller's
+// loop nest performs on `reduced`). Loads index with `idx`.
 Body elemental(const ir::Computation& body) {
   Body out;
   std::unordered_map<const Instr*, std::string> var;
   int next = 0;
   auto fresh = [&] { return "v" + std::to_string(next++); };
   const Instr* root = body.root();
-  const auto& root_dims = is_reduce(root) ? root->operand(0)->shape().dims() : root->shape().dims();
+  out.reduce = reduction_of(body);
+  const auto& loop_dims = out.reduce ? out.reduce->operand(0)->shape().dims() : outputs_of(body).front()->shape().dims();
   for (const auto& owned : body.instructions()) {
     const Instr* i = owned.get();
-    if (i == root && is_reduce(root)) {
-      out.result = var.at(root->operand(0));
-      return out;
-    }
+    if (i == out.reduce || (i == root && root->opcode() == Opcode::kTuple)) continue;
+    KILN_CHECK(!is_reduce(i)) << "a reduction that is not the fusion's first output: " << i->to_string();
     DType d = i->shape().dtype();
     std::string v = fresh();
     var[i] = v;
     if (i->opcode() == Opcode::kParameter) {
       int64_t index = i->attrs().get_int("index");
       std::string ptr = fmt::format("static_cast<const {}*>(in[{}])", storage_type(d), index);
-      if (i->shape().rank() == 0 && !root_dims.empty()) {
+      if (i->shape().rank() == 0 && !loop_dims.empty()) {
         out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[0]"));
       } else {
-        KILN_CHECK(i->shape().dims() == root_dims) << "loop fusion parameter " << i->to_string();
+        KILN_CHECK(i->shape().dims() == loop_dims) << "loop fusion parameter " << i->to_string();
         out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[idx]"));
       }
     } else if (i->opcode() == Opcode::kConstant) {
@@ -113,8 +128,42 @@ Body elemental(const ir::Computation& body) {
       out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v, expr);
     }
   }
-  out.result = var.at(body.root());
+  for (const Instr* o : outputs_of(body)) {
+    if (o == out.reduce) continue;
+    KILN_CHECK(o->shape().dims() == loop_dims) << "fusion output over other dims: " << o->to_string();
+    out.results.push_back(var.at(o));
+    out.result_types.push_back(o->shape().dtype());
+  }
+  if (out.reduce) out.reduced = var.at(out.reduce->operand(0));
   return out;
+}
+
+// Output pointers: `out` is the one result, or for several an array of pointers to them.
+// The reduction of an input fusion is output 0 (named `o`), the arrays written at idx follow.
+std::string output_pointers(const Body& b, bool multi) {
+  std::string text;
+  if (multi) text += "  void* const* outs = static_cast<void* const*>(out);\n";
+  const size_t first = b.reduce ? 1 : 0;
+  if (b.reduce) {
+    const char* st = storage_type(b.reduce->shape().dtype());
+    text += fmt::format("  {0}* o = static_cast<{0}*>({1});\n", st, multi ? "outs[0]" : "out");
+  }
+  for (size_t k = 0; k < b.results.size(); ++k) {
+    const char* st = storage_type(b.result_types[k]);
+    text += fmt::format("  {0}* o{1} = static_cast<{0}*>({2});\n", st, first + k,
+                        multi ? fmt::format("outs[{}]", first + k) : std::string("out"));
+  }
+  return text;
+}
+
+// The stores of the array outputs at idx, indented by `pad` spaces.
+std::string array_stores(const Body& b, int pad) {
+  std::string text;
+  const size_t first = b.reduce ? 1 : 0;
+  for (size_t k = 0; k < b.results.size(); ++k) {
+    text += fmt::format("{}o{}[idx] = {};\n", std::string(pad, ' '), first + k, store(b.result_types[k], b.results[k]));
+  }
+  return text;
 }
 
 }  // namespace
@@ -126,6 +175,15 @@ const std::string& kernel_prelude() {
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
+
+// Reduction steps: a sum accumulates (in double); max and min keep the first NaN they see.
+template <typename A, typename X>
+static inline void kiln_reduce_sum(A& a, X x) { a += static_cast<A>(x); }
+template <typename A, typename X>
+static inline void kiln_reduce_max(A& a, X x) { const A v = static_cast<A>(x); a = (v > a || v != v) ? v : a; }
+template <typename A, typename X>
+static inline void kiln_reduce_min(A& a, X x) { const A v = static_cast<A>(x); a = (v < a || v != v) ? v : a; }
 
 static inline float kiln_bf16_load(uint16_t bits) {
   uint32_t wide = static_cast<uint32_t>(bits) << 16;
@@ -152,23 +210,25 @@ static inline T kiln_saturate(F x) {
 
 std::string loop_kernel_source(const ir::Computation& body, const std::string& name) {
   Body b = elemental(body);
-  DType out = body.root()->shape().dtype();
+  KILN_CHECK(b.reduce == nullptr) << "loop fusion with a reduction: " << body.root()->to_string();
   return fmt::format(
       "extern \"C\" void {}(const void* const* in, void* out, int64_t count) {{\n"
       "{}"
-      "  {}* o = static_cast<{}*>(out);\n"
+      "{}"
       "#pragma omp parallel for simd schedule(static) if (count > 16384)\n"
       "  for (int64_t idx = 0; idx < count; ++idx) {{\n"
       "{}"
-      "    o[idx] = {};\n"
+      "{}"
       "  }}\n"
       "}}\n",
-      name, b.hoisted, storage_type(out), storage_type(out), b.loop, store(out, b.result));
+      name, b.hoisted, output_pointers(b, b.results.size() > 1), b.loop, array_stores(b, 4));
 }
 
 std::string input_kernel_source(const ir::Computation& body, const std::string& name) {
-  const Instr* root = body.root();
-  KILN_CHECK(is_reduce(root)) << "input fusion without a reduction root: " << root->to_string();
+  Body b = elemental(body);
+  const Instr* root = b.reduce;
+  KILN_CHECK(root != nullptr) << "input fusion without a reduction: " << body.root()->to_string();
+  const bool multi = !b.results.empty();
   const auto& in_dims = root->operand(0)->shape().dims();
   std::vector<int64_t> reduced = root->attrs().get_ints("dims");
   std::sort(reduced.begin(), reduced.end());
@@ -176,49 +236,115 @@ std::string input_kernel_source(const ir::Computation& body, const std::string& 
   for (int64_t d = 0; d < reduced.front(); ++d) outer *= in_dims[d];
   for (int64_t d : reduced) red *= in_dims[d];
   for (size_t d = reduced.back() + 1; d < in_dims.size(); ++d) inner *= in_dims[d];
-  Body b = elemental(body);
+  const ReducePlan plan = plan_reduction(outer, red, inner);
   DType out = root->shape().dtype();
-  // Sums accumulate in double (as the native reduction); max/min keep a NaN once seen.
-  std::string init, combine;
-  if (root->opcode() == Opcode::kReduceSum) {
-    init = "0.0";
-    combine = "acc[i - i0] += {};";
-  } else if (root->opcode() == Opcode::kReduceMax) {
-    init = "-std::numeric_limits<double>::infinity()";
-    combine = "{{ const double x = {}; if (x > acc[i - i0] || std::isnan(x)) acc[i - i0] = x; }}";
+  // Sums accumulate in double (as the native reduction); max/min are exact in the dtype and
+  // keep a NaN once seen.
+  const char* acc = root->opcode() == Opcode::kReduceSum ? "double" : compute_type(out);
+  std::string init = root->opcode() == Opcode::kReduceSum ? "0.0"
+                     : root->opcode() == Opcode::kReduceMax
+                         ? fmt::format("-std::numeric_limits<{}>::infinity()", acc)
+                         : fmt::format("std::numeric_limits<{}>::infinity()", acc);
+  const char* combine = root->opcode() == Opcode::kReduceSum   ? "kiln_reduce_sum"
+                        : root->opcode() == Opcode::kReduceMax ? "kiln_reduce_max"
+                                                               : "kiln_reduce_min";
+  // The body's statements, indented for the loop nest they go into.
+  auto indent = [](const std::string& text, int extra) {
+    std::string pad(extra, ' '), outv;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      outv += pad + text.substr(pos, nl - pos + 1);
+      pos = nl + 1;
+    }
+    return outv;
+  };
+  std::string finish = fmt::format(
+      "if (splits > 1) partial[(oi * splits + s) * inner + i] = {{a}}; else o[oi * inner + i] = {};",
+      store(out, fmt::format("static_cast<{}>({{a}})", compute_type(out))));
+  auto finish_with = [&](const std::string& a) { return fmt::format(fmt::runtime(finish), fmt::arg("a", a)); };
+  std::string nest;
+  if (inner == 1) {
+    // Rows: kReduceLanes independent accumulators the compiler keeps in vector registers.
+    nest = fmt::format(
+        "    {acc} lane[{lanes}];\n"
+        "    for (int64_t j = 0; j < {lanes}; ++j) lane[j] = {init};\n"
+        "    int64_t r = r0;\n"
+        "    for (; r + {lanes} <= r1; r += {lanes}) {{\n"
+        "#pragma omp simd\n"
+        "      for (int64_t j = 0; j < {lanes}; ++j) {{\n"
+        "        const int64_t idx = oi * red + r + j;\n"
+        "{loop2}"
+        "{stores2}"
+        "        {combine}(lane[j], {result});\n"
+        "      }}\n"
+        "    }}\n"
+        "    for (; r < r1; ++r) {{\n"
+        "      const int64_t idx = oi * red + r;\n"
+        "{loop1}"
+        "{stores1}"
+        "      {combine}(lane[0], {result});\n"
+        "    }}\n"
+        "    for (int64_t j = 1; j < {lanes}; ++j) {combine}(lane[0], lane[j]);\n"
+        "    const int64_t i = 0;\n"
+        "    {finish}\n",
+        fmt::arg("acc", acc), fmt::arg("lanes", kReduceLanes), fmt::arg("init", init),
+        fmt::arg("loop2", indent(b.loop, 4)), fmt::arg("loop1", indent(b.loop, 2)), fmt::arg("combine", combine),
+        fmt::arg("result", b.reduced), fmt::arg("finish", finish_with("lane[0]")),
+        fmt::arg("stores2", array_stores(b, 8)), fmt::arg("stores1", array_stores(b, 6)));
   } else {
-    init = "std::numeric_limits<double>::infinity()";
-    combine = "{{ const double x = {}; if (x < acc[i - i0] || std::isnan(x)) acc[i - i0] = x; }}";
+    // Columns: a block of inner positions accumulates whole rows at a time (vectorized over i).
+    nest = fmt::format(
+        "    {acc} acc[block];\n"
+        "    for (int64_t i = i0; i < i1; ++i) acc[i - i0] = {init};\n"
+        "    for (int64_t r = r0; r < r1; ++r) {{\n"
+        "#pragma omp simd\n"
+        "      for (int64_t i = i0; i < i1; ++i) {{\n"
+        "        const int64_t idx = (oi * red + r) * inner + i;\n"
+        "{loop2}"
+        "{stores2}"
+        "        {combine}(acc[i - i0], {result});\n"
+        "      }}\n"
+        "    }}\n"
+        "    for (int64_t i = i0; i < i1; ++i) {finish}\n",
+        fmt::arg("acc", acc), fmt::arg("init", init), fmt::arg("loop2", indent(b.loop, 4)),
+        fmt::arg("combine", combine), fmt::arg("result", b.reduced), fmt::arg("finish", finish_with("acc[i - i0]")),
+        fmt::arg("stores2", array_stores(b, 8)));
   }
   return fmt::format(
       "extern \"C\" void {name}(const void* const* in, void* out, int64_t) {{\n"
       "{hoisted}"
-      "  {st}* o = static_cast<{st}*>(out);\n"
-      "  constexpr int64_t outer = {outer}, red = {red}, inner = {inner}, block = 256;\n"
-      "  constexpr int64_t blocks = (inner + block - 1) / block;\n"
+      "{pointers}"
+      "  constexpr int64_t outer = {outer}, red = {red}, inner = {inner}, block = {block}, blocks = {blocks};\n"
+      "  constexpr int64_t splits = {splits}, chunk = {chunk};\n"
+      "  std::vector<{acc}> partial(splits > 1 ? outer * splits * inner : 0);\n"
       "#pragma omp parallel for schedule(static) if (outer * red * inner > 16384)\n"
-      "  for (int64_t ob = 0; ob < outer * blocks; ++ob) {{\n"
-      "    const int64_t oi = ob / blocks, i0 = (ob % blocks) * block, i1 = std::min(inner, i0 + block);\n"
-      "    double acc[block];\n"
-      "    for (int64_t i = i0; i < i1; ++i) acc[i - i0] = {init};\n"
-      "    for (int64_t r = 0; r < red; ++r) {{\n"
-      "      for (int64_t i = i0; i < i1; ++i) {{\n"
-      "        const int64_t idx = (oi * red + r) * inner + i;\n"
-      "{loop}"
-      "        {combine}\n"
-      "      }}\n"
+      "  for (int64_t w = 0; w < outer * blocks * splits; ++w) {{\n"
+      "    const int64_t s = w % splits, ob = w / splits, oi = ob / blocks;\n"
+      "    const int64_t i0 = (ob % blocks) * block, i1 = std::min(inner, i0 + block);\n"
+      "    const int64_t r0 = s * chunk, r1 = std::min(red, r0 + chunk);\n"
+      "    (void)i0; (void)i1;\n"
+      "{nest}"
+      "  }}\n"
+      "  if (splits > 1) {{\n"
+      "#pragma omp parallel for schedule(static) if (outer * inner > 16384)\n"
+      "    for (int64_t k = 0; k < outer * inner; ++k) {{\n"
+      "      const int64_t oi = k / inner, i = k % inner;\n"
+      "      {acc} a = partial[oi * splits * inner + i];\n"
+      "      for (int64_t s = 1; s < splits; ++s) {combine}(a, partial[(oi * splits + s) * inner + i]);\n"
+      "      o[k] = {store};\n"
       "    }}\n"
-      "    for (int64_t i = i0; i < i1; ++i) o[oi * inner + i] = {store};\n"
       "  }}\n"
       "}}\n",
-      fmt::arg("name", name), fmt::arg("hoisted", b.hoisted), fmt::arg("st", storage_type(out)),
-      fmt::arg("outer", outer), fmt::arg("red", red), fmt::arg("inner", inner), fmt::arg("init", init),
-      fmt::arg("loop", b.loop), fmt::arg("combine", fmt::format(fmt::runtime(combine), b.result)),
-      fmt::arg("store", store(out, fmt::format("static_cast<{}>(acc[i - i0])", compute_type(out)))));
+      fmt::arg("name", name), fmt::arg("hoisted", b.hoisted), fmt::arg("pointers", output_pointers(b, multi)),
+      fmt::arg("outer", outer), fmt::arg("red", red), fmt::arg("inner", inner), fmt::arg("block", plan.block),
+      fmt::arg("blocks", plan.blocks), fmt::arg("splits", plan.splits), fmt::arg("chunk", plan.chunk),
+      fmt::arg("acc", acc), fmt::arg("nest", nest), fmt::arg("combine", combine),
+      fmt::arg("store", store(out, fmt::format("static_cast<{}>(a)", compute_type(out)))));
 }
 
 std::string fusion_kernel_source(const ir::Computation& body, const std::string& name) {
-  return is_reduce(body.root()) ? input_kernel_source(body, name) : loop_kernel_source(body, name);
+  return reduction_of(body) ? input_kernel_source(body, name) : loop_kernel_source(body, name);
 }
 
 std::string kernel_name_for(const ir::Computation& body) {

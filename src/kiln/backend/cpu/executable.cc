@@ -23,6 +23,7 @@
 #include "kiln/ops/registry.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/multi_output_fusion.h"
 #include "kiln/passes/regather.h"
 #include "kiln/passes/registry.h"
 #include "kiln/passes/remat.h"
@@ -82,6 +83,7 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   if (regather) pipeline.add(std::make_unique<passes::RegatherPass>());
   // Last: fusion must see the final graph, and the kernels are generated from its output.
   pipeline.add(std::make_unique<passes::FusionPass>(!options.fuse));
+  if (options.fuse) pipeline.add(std::make_unique<passes::MultiOutputFusionPass>());
   pipeline.add(std::make_unique<passes::DcePass>());
   KILN_RETURN_IF_ERROR(pipeline.run(*module_).status());
   report_.instructions_after = module_->entry()->size();  // kernels and plumbing actually run
@@ -129,12 +131,19 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
         break;
       case Opcode::kFusion: {
         auto fn = reinterpret_cast<LoopFn>(library_.symbols.at(kernel_of.at(instr)));
-        int64_t count = instr->shape().num_elements();
-        step.kernel = [fn, count](std::span<const Value* const> in, Value& out) {
+        // count: the elements of the (first) output; a multi-output fusion gets an array of
+        // output pointers instead of one.
+        const bool multi = instr->shape().is_tuple();
+        int64_t count = multi ? instr->shape().element(0).num_elements() : instr->shape().num_elements();
+        step.kernel = [fn, count, multi](std::span<const Value* const> in, Value& out) {
           std::vector<const void*> ptrs;
           ptrs.reserve(in.size());
           for (const Value* v : in) ptrs.push_back((*v)[0].data());
-          fn(ptrs.data(), out[0].data(), count);
+          if (!multi) return fn(ptrs.data(), out[0].data(), count);
+          std::vector<void*> outs;
+          outs.reserve(out.size());
+          for (Buffer& b : out) outs.push_back(b.data());
+          fn(ptrs.data(), outs.data(), count);
         };
         break;
       }

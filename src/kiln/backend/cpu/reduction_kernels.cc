@@ -2,13 +2,16 @@
 // [outer, reduced, inner]: when the reduced dimensions are one contiguous block that view is
 // free (inner = 1 is a row reduction, outer = 1 a column reduction over leading dims, which
 // accumulates whole rows at a time and vectorizes); otherwise a strided copy moves the
-// reduced dimensions to the end first. Sums accumulate in double.
+// reduced dimensions to the end first. Sums accumulate in double; the work is cut as
+// reduce_plan.h says (vector lanes for rows, split reduced dims when rows are few).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kiln/backend/cpu/bf16_convert.h"
 #include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/reduce_plan.h"
 #include "kiln/backend/cpu/strided_copy.h"
 
 namespace kiln::backend::cpu {
@@ -18,52 +21,79 @@ namespace {
 using ir::Instr;
 using ir::Opcode;
 
-// out[o, i] = reduce_r in[o, r, i] for inner > 1: accumulate whole inner rows, in double.
-template <typename T>
-void reduce_middle(Opcode op, const T* in, T* out, int64_t outer, int64_t red, int64_t inner) {
-#pragma omp parallel for schedule(static) if (outer * red * inner > (1 << 15))
-  for (int64_t chunk = 0; chunk < outer * ((inner + 1023) / 1024); ++chunk) {
-    int64_t o = chunk / ((inner + 1023) / 1024);
-    int64_t i0 = (chunk % ((inner + 1023) / 1024)) * 1024, i1 = std::min(inner, i0 + 1024);
-    double acc[1024];
-    bool is_sum = op == Opcode::kReduceSum, is_max = op == Opcode::kReduceMax;
-    double init = is_sum ? 0.0 : is_max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
-    for (int64_t i = i0; i < i1; ++i) acc[i - i0] = init;
-    for (int64_t r = 0; r < red; ++r) {
-      const T* row = in + (o * red + r) * inner;
-      if (is_sum) {
-        for (int64_t i = i0; i < i1; ++i) acc[i - i0] += row[i];
+// One reduction step: sums accumulate in double; max and min keep the first NaN they see.
+struct SumStep {
+  template <typename A, typename X>
+  static void apply(A& a, X x) { a += static_cast<A>(x); }
+};
+struct MaxStep {
+  template <typename A, typename X>
+  static void apply(A& a, X x) { const A v = static_cast<A>(x); a = (v > a || v != v) ? v : a; }
+};
+struct MinStep {
+  template <typename A, typename X>
+  static void apply(A& a, X x) { const A v = static_cast<A>(x); a = (v < a || v != v) ? v : a; }
+};
+
+// out[o, i] = reduce_r in[o, r, i], cut into work items by plan_reduction (reduce_plan.h),
+// in the same order as the generated input fusions.
+template <typename Step, typename A, typename T>
+void reduce_planned(const T* in, T* out, int64_t outer, int64_t red, int64_t inner, A init) {
+  const ReducePlan p = plan_reduction(outer, red, inner);
+  std::vector<A> partial(p.splits > 1 ? outer * p.splits * inner : 0);
+#pragma omp parallel for schedule(static) if (outer * red * inner > 16384)
+  for (int64_t w = 0; w < p.items(); ++w) {
+    const int64_t s = w % p.splits, ob = w / p.splits, oi = ob / p.blocks;
+    const int64_t i0 = (ob % p.blocks) * p.block, i1 = std::min(inner, i0 + p.block);
+    const int64_t r0 = s * p.chunk, r1 = std::min(red, r0 + p.chunk);
+    auto finish = [&](int64_t i, A a) {
+      if (p.splits > 1) {
+        partial[(oi * p.splits + s) * inner + i] = a;
       } else {
-        for (int64_t i = i0; i < i1; ++i) {
-          double v = row[i];
-          double& a = acc[i - i0];
-          a = (std::isnan(a) || std::isnan(v)) ? std::numeric_limits<double>::quiet_NaN() : (is_max ? std::max(a, v) : std::min(a, v));
-        }
+        out[oi * inner + i] = static_cast<T>(a);
       }
+    };
+    if (inner == 1) {
+      const T* row = in + oi * red;
+      A lane[kReduceLanes];
+      for (int64_t j = 0; j < kReduceLanes; ++j) lane[j] = init;
+      int64_t r = r0;
+      for (; r + kReduceLanes <= r1; r += kReduceLanes) {
+#pragma omp simd
+        for (int64_t j = 0; j < kReduceLanes; ++j) Step::apply(lane[j], row[r + j]);
+      }
+      for (; r < r1; ++r) Step::apply(lane[0], row[r]);
+      for (int64_t j = 1; j < kReduceLanes; ++j) Step::apply(lane[0], lane[j]);
+      finish(0, lane[0]);
+    } else {
+      A acc[256];
+      for (int64_t i = i0; i < i1; ++i) acc[i - i0] = init;
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* row = in + (oi * red + r) * inner;
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) Step::apply(acc[i - i0], row[i]);
+      }
+      for (int64_t i = i0; i < i1; ++i) finish(i, acc[i - i0]);
     }
-    for (int64_t i = i0; i < i1; ++i) out[o * inner + i] = static_cast<T>(acc[i - i0]);
+  }
+  if (p.splits > 1) {
+#pragma omp parallel for schedule(static) if (outer * inner > 16384)
+    for (int64_t k = 0; k < outer * inner; ++k) {
+      const int64_t oi = k / inner, i = k % inner;
+      A a = partial[oi * p.splits * inner + i];
+      for (int64_t s = 1; s < p.splits; ++s) Step::apply(a, partial[(oi * p.splits + s) * inner + i]);
+      out[k] = static_cast<T>(a);
+    }
   }
 }
 
 template <typename T>
-void reduce_rows(Opcode op, const T* in, T* out, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* row = in + r * cols;
-    if (op == Opcode::kReduceSum) {
-      double acc = 0;
-      for (int64_t c = 0; c < cols; ++c) acc += row[c];
-      out[r] = static_cast<T>(acc);
-    } else {
-      bool is_max = op == Opcode::kReduceMax;
-      T acc = is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
-      bool nan = false;
-      for (int64_t c = 0; c < cols; ++c) {
-        nan = nan || std::isnan(row[c]);
-        acc = is_max ? std::max(acc, row[c]) : std::min(acc, row[c]);
-      }
-      out[r] = nan ? std::numeric_limits<T>::quiet_NaN() : acc;
-    }
+void reduce(Opcode op, const T* in, T* out, int64_t outer, int64_t red, int64_t inner) {
+  constexpr T inf = std::numeric_limits<T>::infinity();
+  switch (op) {
+    case Opcode::kReduceSum: return reduce_planned<SumStep, double>(in, out, outer, red, inner, 0.0);
+    case Opcode::kReduceMax: return reduce_planned<MaxStep, T>(in, out, outer, red, inner, -inf);
+    default: return reduce_planned<MinStep, T>(in, out, outer, red, inner, inf);
   }
 }
 
@@ -103,9 +133,9 @@ Kernel reduce_kernel(const Instr& instr) {
     const Buffer* src = &(*in[0])[0];
     if (contiguous && inner > 1) {
       if (f64) {
-        reduce_middle(op, src->as<double>(), out[0].as<double>(), outer, red, inner);
+        reduce(op, src->as<double>(), out[0].as<double>(), outer, red, inner);
       } else {
-        reduce_middle(op, src->as<float>(), out[0].as<float>(), outer, red, inner);
+        reduce(op, src->as<float>(), out[0].as<float>(), outer, red, inner);
       }
       return;
     }
@@ -116,9 +146,9 @@ Kernel reduce_kernel(const Instr& instr) {
       src = &moved;
     }
     if (f64) {
-      reduce_rows(op, src->as<double>(), out[0].as<double>(), rows, cols);
+      reduce(op, src->as<double>(), out[0].as<double>(), rows, cols, 1);
     } else {
-      reduce_rows(op, src->as<float>(), out[0].as<float>(), rows, cols);
+      reduce(op, src->as<float>(), out[0].as<float>(), rows, cols, 1);
     }
   };
 }

@@ -1,0 +1,37 @@
+// MultiOutputFusionPass ("multi_output_fusion"): merges a loop fusion into a fusion that
+// consumes it, when the producer's value is also needed elsewhere, so the merged kernel
+// computes it once, stores it for its other users and uses it directly (XLA's
+// producer-consumer multi-output fusion). Runs after FusionPass.
+//
+// The AdamW update is the case it exists for: the new first and second moments are step
+// outputs AND operands of the parameter update; unmerged, three kernels read the clipped
+// gradient, the moments and the parameter again (about 13 tensor passes per parameter);
+// merged, one kernel reads g, p, mu, nu once and writes p', mu', nu' (7 passes).
+//
+// A merge happens when:
+//   - the producer is a single-output loop fusion whose dims are the consumer's loop dims
+//     (the consumer's result dims for a loop fusion, its reduction's input dims for an
+//     input fusion), so both run in one loop over the same index;
+//   - no path leads from the producer's other users back to the consumer (the merged
+//     instruction would depend on itself); checked by a bounded walk, and refused when the
+//     walk exceeds its budget;
+//   - the merged body stays small enough for one kernel (operands and outputs bounded).
+// Nothing is ever computed twice: the producer's body moves into the consumer's; its value
+// becomes an extra output only while something outside still reads it. Every merge and every
+// refusal logs its reason at KILN_VLOG(2).
+//
+// The merged fusion's result is a tuple: the consumer's outputs first (so existing
+// get_tuple_element users keep their indices), then the producer's value.
+#pragma once
+
+#include "kiln/passes/pass.h"
+
+namespace kiln::passes {
+
+class MultiOutputFusionPass : public Pass {
+ public:
+  std::string_view name() const override { return "multi_output_fusion"; }
+  Result<bool> run(ir::Module& module) override;
+};
+
+}  // namespace kiln::passes
