@@ -12,7 +12,7 @@ Buffer widen_to_f32(const Buffer& b) {
   float* dst = out.as<float>();
   int64_t n = b.num_elements();
 #pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) dst[i] = ir::bf16_bits_to_float(src[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
   return out;
 }
 
@@ -21,8 +21,8 @@ void narrow_to_bf16(const Buffer& wide, Buffer& out) {
   const float* src = wide.as<float>();
   uint16_t* dst = out.as<uint16_t>();
   int64_t n = out.num_elements();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) dst[i] = ir::float_to_bf16_bits(src[i]);
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
 Kernel via_f32(Kernel f32_kernel) {

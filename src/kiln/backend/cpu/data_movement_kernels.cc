@@ -163,7 +163,7 @@ void gather_rows(const IndexGeometry& g, const std::byte* x, const Buffer& idx, 
 
 inline float widen(float x) { return x; }
 inline double widen(double x) { return x; }
-inline float widen(uint16_t bf16_bits) { return ir::bf16_bits_to_float(bf16_bits); }
+inline float widen(uint16_t bf16_bits) { return bf16_to_f32(bf16_bits); }
 
 // out[rows of idx] += upd rows; U is T, or bf16 bits summed into an f32 out.
 template <typename T, typename U>
