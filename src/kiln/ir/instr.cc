@@ -180,6 +180,22 @@ void Module::remove_computation(Computation* computation) {
   computations_.erase(it);
 }
 
+void Module::remove_computations(const std::vector<Computation*>& dead) {
+  std::unordered_set<const Computation*> doomed(dead.begin(), dead.end());
+  KILN_CHECK(!doomed.count(entry_)) << "cannot remove the entry computation @" << entry_->name();
+  for (const auto& c : computations_) {
+    if (doomed.count(c.get())) continue;
+    for (const auto& instr : c->instructions()) {
+      for (const Computation* called : instr->called()) {
+        KILN_CHECK(!doomed.count(called)) << "removing @" << called->name() << " which %" << instr->id() << " calls";
+      }
+    }
+  }
+  const size_t before = computations_.size();
+  std::erase_if(computations_, [&](const std::unique_ptr<Computation>& c) { return doomed.count(c.get()) > 0; });
+  KILN_CHECK_EQ(before - computations_.size(), doomed.size()) << "removing computations that are not in module @" << name_;
+}
+
 std::string Module::fresh_id(std::string_view stem) { return std::string(stem) + "." + std::to_string(next_id_++); }
 
 void Module::reserve_id(const std::string& id) {

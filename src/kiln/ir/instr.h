@@ -133,6 +133,8 @@ class Module {
   Computation* find_computation(const std::string& name) const;
   // Removes a non-entry computation that no instruction calls (both checked).
   void remove_computation(Computation* computation);
+  // The same for many at once, in one scan of the module.
+  void remove_computations(const std::vector<Computation*>& dead);
   const std::vector<std::unique_ptr<Computation>>& computations() const { return computations_; }
 
   // A fresh SSA id "<stem>.<n>" unique in this module.

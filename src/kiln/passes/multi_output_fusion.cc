@@ -18,7 +18,7 @@ using ir::Opcode;
 constexpr int kMaxOperands = 24;
 constexpr int kMaxOutputs = 6;
 // Instructions the cycle check may visit before it gives up (and refuses the merge).
-constexpr size_t kWalkBudget = 4096;
+constexpr size_t kWalkBudget = 512;
 
 bool is_fusion(const Instr* i) { return i->opcode() == Opcode::kFusion && !i->called().empty(); }
 const std::string& kind(const Instr* fusion) { return fusion->attrs().get_string("kind"); }
@@ -34,26 +34,30 @@ const std::vector<int64_t>& loop_dims(const Instr* fusion) {
   return kind(fusion) == "input" ? root->operand(0)->shape().dims() : root->shape().dims();
 }
 
+// Instructions merged away: still in the computation (removed together at the end, one
+// sweep) but no longer read by anything live, so the walks below skip them.
+using DeadSet = std::unordered_set<const Instr*>;
+
 // Whether any of `from` leads to `target` through users (true as well when the walk runs out
 // of budget: the merge is then refused, never wrongly made).
-bool reaches(const std::vector<Instr*>& from, const Instr* target) {
+bool reaches(const std::vector<Instr*>& from, const Instr* target, const DeadSet& dead) {
   std::vector<const Instr*> stack(from.begin(), from.end());
   std::unordered_set<const Instr*> seen;
   while (!stack.empty()) {
     const Instr* x = stack.back();
     stack.pop_back();
     if (x == target) return true;
-    if (!seen.insert(x).second) continue;
+    if (dead.count(x) || !seen.insert(x).second) continue;
     if (seen.size() > kWalkBudget) return true;
     for (const Instr* u : x->users()) stack.push_back(u);
   }
   return false;
 }
 
-std::vector<Instr*> other_users(const Instr* producer, const Instr* consumer) {
+std::vector<Instr*> other_users(const Instr* producer, const Instr* consumer, const DeadSet& dead) {
   std::vector<Instr*> out;
   for (Instr* u : producer->users()) {
-    if (u != consumer && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+    if (u != consumer && !dead.count(u) && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
   }
   return out;
 }
@@ -66,7 +70,7 @@ int merged_operand_count(const Instr* producer, const Instr* consumer) {
   return static_cast<int>(operands.size());
 }
 
-bool can_merge(const Instr* producer, const Instr* consumer) {
+bool can_merge(const Instr* producer, const Instr* consumer, const DeadSet& dead) {
   if (!is_fusion(producer) || producer == consumer || kind(producer) != "loop" || producer->shape().is_tuple()) {
     return false;
   }
@@ -74,13 +78,13 @@ bool can_merge(const Instr* producer, const Instr* consumer) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": other dims";
     return false;
   }
-  std::vector<Instr*> others = other_users(producer, consumer);
+  std::vector<Instr*> others = other_users(producer, consumer, dead);
   if (merged_operand_count(producer, consumer) > kMaxOperands ||
       num_outputs(consumer) + (others.empty() ? 0 : 1) > kMaxOutputs) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": too large";
     return false;
   }
-  if (!others.empty() && reaches(others, consumer)) {
+  if (!others.empty() && reaches(others, consumer, dead)) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id()
                  << ": another user leads to the consumer";
     return false;
@@ -117,8 +121,9 @@ std::unordered_map<const Instr*, Instr*> inline_into(ir::Computation& body, cons
 
 // Replaces `consumer` and `producer` by one fusion computing both (see the header for the
 // output order); returns it.
-Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* consumer) {
-  const bool escapes = !other_users(producer, consumer).empty();
+Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* consumer, DeadSet& dead,
+             std::vector<ir::Computation*>& dead_bodies) {
+  const bool escapes = !other_users(producer, consumer, dead).empty();
   ir::Computation* body = module.add_computation(module.fresh_id("fused"));
   std::vector<Instr*> inputs;
   std::unordered_map<const Instr*, Instr*> param_of;
@@ -163,13 +168,22 @@ Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* 
   // A tuple consumer's users are get_tuple_elements whose indices stay valid.
   consumer->replace_all_uses_with(consumer->shape().is_tuple() || !merged->shape().is_tuple() ? merged
                                                                                               : element(0, consumer));
-  ir::Computation* consumer_body = consumer->called()[0];
-  comp.remove(consumer);
-  module.remove_computation(consumer_body);
-  if (escapes) producer->replace_all_uses_with(element(static_cast<int>(outputs.size()) - 1, producer));
-  ir::Computation* producer_body = producer->called()[0];
-  comp.remove(producer);
-  module.remove_computation(producer_body);
+  dead.insert(consumer);
+  dead_bodies.push_back(consumer->called()[0]);
+  if (escapes) {
+    // Every live reader of the producer now reads the merged output; the consumer (dead)
+    // keeps its operand until the final sweep.
+    Instr* value = element(static_cast<int>(outputs.size()) - 1, producer);
+    std::vector<Instr*> readers = other_users(producer, consumer, dead);
+    for (Instr* reader : readers) {
+      for (int k = 0; k < reader->num_operands(); ++k) {
+        if (reader->operand(k) == producer) reader->replace_operand(k, value);
+      }
+    }
+    if (comp.root() == producer) comp.set_root(value);
+  }
+  dead.insert(producer);
+  dead_bodies.push_back(producer->called()[0]);
   KILN_VLOG(2) << "multi_output_fusion: merged into %" << merged->id() << " (" << outputs.size() << " outputs)";
   return merged;
 }
@@ -186,21 +200,27 @@ Result<bool> MultiOutputFusionPass::run(ir::Module& module) {
   std::reverse(consumers.begin(), consumers.end());
   std::unordered_set<const Instr*> alive(consumers.begin(), consumers.end());
   bool changed = false;
+  DeadSet dead;
+  std::vector<ir::Computation*> dead_bodies;  // removed together: one scan of the module
   for (Instr* consumer : consumers) {
     if (!alive.count(consumer)) continue;
     for (bool merged = true; merged;) {
       merged = false;
       for (Instr* producer : consumer->operands()) {
-        if (!alive.count(producer) || !can_merge(producer, consumer)) continue;
+        if (!alive.count(producer) || !can_merge(producer, consumer, dead)) continue;
         alive.erase(producer);
         alive.erase(consumer);
-        consumer = merge(module, comp, producer, consumer);
+        consumer = merge(module, comp, producer, consumer, dead, dead_bodies);
         alive.insert(consumer);
         merged = changed = true;
         break;
       }
     }
   }
+  std::vector<Instr*> removed;
+  for (const Instr* d : dead) removed.push_back(const_cast<Instr*>(d));  // the computation's own
+  comp.remove(removed);
+  module.remove_computations(dead_bodies);
   if (changed) comp.topo_sort();
   return changed;
 }
