@@ -109,7 +109,10 @@ Body elemental(const ir::Computation& body) {
         out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[0]"));
       } else {
         KILN_CHECK(i->shape().dims() == loop_dims) << "loop fusion parameter " << i->to_string();
-        out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[idx]"));
+        // The pointer outside the loop: read as in[k][idx] inside it, GCC vectorizes f32 loads
+        // but leaves bf16 (uint16_t) loops scalar.
+        out.hoisted += fmt::format("  const {}* const in{} = {};\n", storage_type(d), index, ptr);
+        out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v, load(d, fmt::format("in{}[idx]", index)));
       }
     } else if (i->opcode() == Opcode::kConstant) {
       KILN_CHECK_EQ(i->shape().num_elements(), 1) << "non-scalar constant in a loop fusion";
