@@ -1,6 +1,8 @@
 #include "kiln/passes/multi_output_fusion.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -17,9 +19,6 @@ using ir::Opcode;
 // one is a stream the loop reads or writes.
 constexpr int kMaxOperands = 24;
 constexpr int kMaxOutputs = 6;
-// Instructions the cycle check may visit before it gives up (and refuses the merge).
-constexpr size_t kWalkBudget = 512;
-
 bool is_fusion(const Instr* i) { return i->opcode() == Opcode::kFusion && !i->called().empty(); }
 const std::string& kind(const Instr* fusion) { return fusion->attrs().get_string("kind"); }
 
@@ -34,30 +33,37 @@ const std::vector<int64_t>& loop_dims(const Instr* fusion) {
   return kind(fusion) == "input" ? root->operand(0)->shape().dims() : root->shape().dims();
 }
 
-// Instructions merged away: still in the computation (removed together at the end, one
-// sweep) but no longer read by anything live, so the walks below skip them.
-using DeadSet = std::unordered_set<const Instr*>;
+// The entry as the pass sees it while merging: instructions merged away (still in the
+// computation until one final sweep, but read by nothing live) and a position for every live
+// one that keeps the order topological (program order at the start; a merged fusion and its
+// get_tuple_elements get fractional positions between their operands and their users).
+struct Graph {
+  std::unordered_set<const Instr*> dead;
+  std::unordered_map<const Instr*, double> pos;
+};
 
-// Whether any of `from` leads to `target` through users (true as well when the walk runs out
-// of budget: the merge is then refused, never wrongly made).
-bool reaches(const std::vector<Instr*>& from, const Instr* target, const DeadSet& dead) {
+// Whether any of `from` leads to `target` through users. Exact: a value placed after the
+// target in the topological order cannot lead to it, so the walk stops there, and the
+// decision never depends on how far the program goes on (the same layer merges alike at
+// every depth).
+bool reaches(const std::vector<Instr*>& from, const Instr* target, const Graph& g) {
+  const double limit = g.pos.at(target);
   std::vector<const Instr*> stack(from.begin(), from.end());
   std::unordered_set<const Instr*> seen;
   while (!stack.empty()) {
     const Instr* x = stack.back();
     stack.pop_back();
     if (x == target) return true;
-    if (dead.count(x) || !seen.insert(x).second) continue;
-    if (seen.size() > kWalkBudget) return true;
+    if (g.dead.count(x) || g.pos.at(x) > limit || !seen.insert(x).second) continue;
     for (const Instr* u : x->users()) stack.push_back(u);
   }
   return false;
 }
 
-std::vector<Instr*> other_users(const Instr* producer, const Instr* consumer, const DeadSet& dead) {
+std::vector<Instr*> other_users(const Instr* producer, const Instr* consumer, const Graph& g) {
   std::vector<Instr*> out;
   for (Instr* u : producer->users()) {
-    if (u != consumer && !dead.count(u) && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+    if (u != consumer && !g.dead.count(u) && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
   }
   return out;
 }
@@ -70,7 +76,27 @@ int merged_operand_count(const Instr* producer, const Instr* consumer) {
   return static_cast<int>(operands.size());
 }
 
-bool can_merge(const Instr* producer, const Instr* consumer, const DeadSet& dead) {
+// Where the merged fusion would sit: after its last operand, before its first reader.
+struct Slot {
+  double after = -1, before = std::numeric_limits<double>::infinity();
+  bool fits() const { return after < before; }
+  double at() const { return std::isinf(before) ? after + 1 : (after + before) / 2; }
+};
+
+Slot slot_for(const Instr* producer, const Instr* consumer, const Graph& g) {
+  Slot s;
+  for (const Instr* o : producer->operands()) s.after = std::max(s.after, g.pos.at(o));
+  for (const Instr* o : consumer->operands()) {
+    if (o != producer) s.after = std::max(s.after, g.pos.at(o));
+  }
+  for (const Instr* u : consumer->users()) {
+    if (!g.dead.count(u)) s.before = std::min(s.before, g.pos.at(u));
+  }
+  for (const Instr* u : other_users(producer, consumer, g)) s.before = std::min(s.before, g.pos.at(u));
+  return s;
+}
+
+bool can_merge(const Instr* producer, const Instr* consumer, const Graph& g) {
   if (!is_fusion(producer) || producer == consumer || kind(producer) != "loop" || producer->shape().is_tuple()) {
     return false;
   }
@@ -78,15 +104,22 @@ bool can_merge(const Instr* producer, const Instr* consumer, const DeadSet& dead
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": other dims";
     return false;
   }
-  std::vector<Instr*> others = other_users(producer, consumer, dead);
+  std::vector<Instr*> others = other_users(producer, consumer, g);
   if (merged_operand_count(producer, consumer) > kMaxOperands ||
       num_outputs(consumer) + (others.empty() ? 0 : 1) > kMaxOutputs) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": too large";
     return false;
   }
-  if (!others.empty() && reaches(others, consumer, dead)) {
+  if (!others.empty() && reaches(others, consumer, g)) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id()
                  << ": another user leads to the consumer";
+    return false;
+  }
+  if (!slot_for(producer, consumer, g).fits()) {
+    // A reader of the producer runs before an operand of the consumer: merging would need
+    // other instructions moved; left alone.
+    KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id()
+                 << ": a reader of the producer comes before an operand of the consumer";
     return false;
   }
   return true;
@@ -121,9 +154,10 @@ std::unordered_map<const Instr*, Instr*> inline_into(ir::Computation& body, cons
 
 // Replaces `consumer` and `producer` by one fusion computing both (see the header for the
 // output order); returns it.
-Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* consumer, DeadSet& dead,
+Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* consumer, Graph& g,
              std::vector<ir::Computation*>& dead_bodies) {
-  const bool escapes = !other_users(producer, consumer, dead).empty();
+  const bool escapes = !other_users(producer, consumer, g).empty();
+  const Slot slot = slot_for(producer, consumer, g);
   ir::Computation* body = module.add_computation(module.fresh_id("fused"));
   std::vector<Instr*> inputs;
   std::unordered_map<const Instr*, Instr*> param_of;
@@ -160,21 +194,23 @@ Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* 
   Instr* merged = comp.add(Opcode::kFusion, root->shape(), inputs, {{"kind", kind(consumer)}});
   merged->set_called({body});
   merged->mutable_meta() = consumer->meta();
+  g.pos[merged] = slot.at();
   auto element = [&](int index, const Instr* was) {
     Instr* gte = comp.add(Opcode::kGetTupleElement, was->shape(), {merged}, {{"index", static_cast<int64_t>(index)}});
     gte->mutable_meta() = was->meta();
+    g.pos[gte] = std::isinf(slot.before) ? g.pos[merged] + 0.5 : (g.pos[merged] + slot.before) / 2;
     return gte;
   };
   // A tuple consumer's users are get_tuple_elements whose indices stay valid.
   consumer->replace_all_uses_with(consumer->shape().is_tuple() || !merged->shape().is_tuple() ? merged
                                                                                               : element(0, consumer));
-  dead.insert(consumer);
+  g.dead.insert(consumer);
   dead_bodies.push_back(consumer->called()[0]);
   if (escapes) {
     // Every live reader of the producer now reads the merged output; the consumer (dead)
     // keeps its operand until the final sweep.
     Instr* value = element(static_cast<int>(outputs.size()) - 1, producer);
-    std::vector<Instr*> readers = other_users(producer, consumer, dead);
+    std::vector<Instr*> readers = other_users(producer, consumer, g);
     for (Instr* reader : readers) {
       for (int k = 0; k < reader->num_operands(); ++k) {
         if (reader->operand(k) == producer) reader->replace_operand(k, value);
@@ -182,7 +218,7 @@ Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* 
     }
     if (comp.root() == producer) comp.set_root(value);
   }
-  dead.insert(producer);
+  g.dead.insert(producer);
   dead_bodies.push_back(producer->called()[0]);
   KILN_VLOG(2) << "multi_output_fusion: merged into %" << merged->id() << " (" << outputs.size() << " outputs)";
   return merged;
@@ -200,17 +236,18 @@ Result<bool> MultiOutputFusionPass::run(ir::Module& module) {
   std::reverse(consumers.begin(), consumers.end());
   std::unordered_set<const Instr*> alive(consumers.begin(), consumers.end());
   bool changed = false;
-  DeadSet dead;
+  Graph g;
+  for (const auto& owned : comp.instructions()) g.pos[owned.get()] = static_cast<double>(g.pos.size());
   std::vector<ir::Computation*> dead_bodies;  // removed together: one scan of the module
   for (Instr* consumer : consumers) {
     if (!alive.count(consumer)) continue;
     for (bool merged = true; merged;) {
       merged = false;
       for (Instr* producer : consumer->operands()) {
-        if (!alive.count(producer) || !can_merge(producer, consumer, dead)) continue;
+        if (!alive.count(producer) || !can_merge(producer, consumer, g)) continue;
         alive.erase(producer);
         alive.erase(consumer);
-        consumer = merge(module, comp, producer, consumer, dead, dead_bodies);
+        consumer = merge(module, comp, producer, consumer, g, dead_bodies);
         alive.insert(consumer);
         merged = changed = true;
         break;
@@ -218,7 +255,7 @@ Result<bool> MultiOutputFusionPass::run(ir::Module& module) {
     }
   }
   std::vector<Instr*> removed;
-  for (const Instr* d : dead) removed.push_back(const_cast<Instr*>(d));  // the computation's own
+  for (const Instr* d : g.dead) removed.push_back(const_cast<Instr*>(d));  // the computation's own
   comp.remove(removed);
   module.remove_computations(dead_bodies);
   if (changed) comp.topo_sort();

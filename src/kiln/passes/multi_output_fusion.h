@@ -13,8 +13,10 @@
 //     (the consumer's result dims for a loop fusion, its reduction's input dims for an
 //     input fusion), so both run in one loop over the same index;
 //   - no path leads from the producer's other users back to the consumer (the merged
-//     instruction would depend on itself); checked by a bounded walk, and refused when the
-//     walk exceeds its budget;
+//     instruction would depend on itself); an exact walk, cut off at the consumer's place in
+//     the topological order, so the decision does not depend on the model's depth;
+//   - the merged fusion has a place in that order: its operands all come before the
+//     producer's other readers (otherwise other instructions would have to move);
 //   - the merged body stays small enough for one kernel (operands and outputs bounded).
 // Nothing is ever computed twice: the producer's body moves into the consumer's; its value
 // becomes an extra output only while something outside still reads it. Every merge and every
