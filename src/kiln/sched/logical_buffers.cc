@@ -70,16 +70,14 @@ BufferModel::BufferModel(const ir::Computation& computation) {
   }
   outputs_ = leaves_.at(computation.root());
   for (int id : outputs_) buffers_[id].output = true;
-}
-
-std::vector<int> BufferModel::used(const Instr* instr) const {
-  std::vector<int> out;
-  for (const Instr* o : instr->operands()) {
-    for (int id : leaves_.at(o)) {
-      if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  for (const auto& owned : computation.instructions()) {
+    std::vector<int>& out = used_[owned.get()];
+    for (const Instr* o : owned->operands()) {
+      for (int id : leaves_.at(o)) {
+        if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+      }
     }
   }
-  return out;
 }
 
 }  // namespace kiln::sched

@@ -43,8 +43,9 @@ class BufferModel {
   const std::vector<int>& leaves(const ir::Instr* instr) const { return leaves_.at(instr); }
   // Buffers an instruction defines (allocates): empty for views and plumbing.
   const std::vector<int>& defined(const ir::Instr* instr) const { return defined_.at(instr); }
-  // Distinct buffers an instruction reads through its operands.
-  std::vector<int> used(const ir::Instr* instr) const;
+  // Distinct buffers an instruction reads through its operands (computed once: the
+  // schedulers and buffer assignment ask for them many times).
+  const std::vector<int>& used(const ir::Instr* instr) const { return used_.at(instr); }
   // The root's leaves, in output order.
   const std::vector<int>& outputs() const { return outputs_; }
 
@@ -52,6 +53,7 @@ class BufferModel {
   std::vector<LogicalBuffer> buffers_;
   std::unordered_map<const ir::Instr*, std::vector<int>> leaves_;
   std::unordered_map<const ir::Instr*, std::vector<int>> defined_;
+  std::unordered_map<const ir::Instr*, std::vector<int>> used_;
   std::vector<int> outputs_;
 };
 

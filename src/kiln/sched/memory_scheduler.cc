@@ -132,7 +132,7 @@ void delay_donated_outputs(Schedule& schedule, const BufferModel& model, const S
       }
     }
     bool reads_argument = std::any_of(moving.begin(), moving.end(), [&](const Instr* i) {
-      const auto used = model.used(i);
+      const auto& used = model.used(i);
       return i != def && std::find(used.begin(), used.end(), p) != used.end();
     });
     if (reads_argument) continue;
