@@ -6,6 +6,7 @@
 
 #include "kiln/base/logging.h"
 #include "kiln/ops/registry.h"
+#include "kiln/passes/fusion_inputs.h"
 
 namespace kiln::passes {
 
@@ -88,24 +89,16 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
   ir::Computation* body = module.add_computation(module.fresh_id("fused"));
   std::unordered_map<const Instr*, Instr*> inside;
   std::unordered_set<const Instr*> members(g.members.begin(), g.members.end());
-  std::vector<Instr*> inputs;
-  auto input_for = [&](Instr* outside) {
-    auto it = inside.find(outside);
-    if (it != inside.end()) return it->second;
-    Instr* p = body->add(Opcode::kParameter, outside->shape(), {}, {{"index", static_cast<int64_t>(inputs.size())}});
-    inputs.push_back(outside);
-    inside[outside] = p;
-    return p;
-  };
+  FusionInputs inputs(*body);
   for (Instr* m : g.members) {
     std::vector<Instr*> operands;
-    for (Instr* o : m->operands()) operands.push_back(members.count(o) ? inside.at(o) : input_for(o));
+    for (Instr* o : m->operands()) operands.push_back(members.count(o) ? inside.at(o) : inputs.param_for(o));
     Instr* copy = body->add(m->opcode(), m->shape(), operands, m->attrs());
     copy->mutable_meta() = m->meta();
     inside[m] = copy;
   }
   body->set_root(inside.at(g.root));
-  Instr* fusion = comp.add(Opcode::kFusion, g.root->shape(), inputs, {{"kind", std::string(g.kind)}});
+  Instr* fusion = comp.add(Opcode::kFusion, g.root->shape(), inputs.inputs(), {{"kind", std::string(g.kind)}});
   fusion->set_called({body});
   fusion->mutable_meta().name = g.root->meta().name;
   fusion->mutable_meta().loc = g.root->meta().loc;

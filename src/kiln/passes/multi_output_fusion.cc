@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "kiln/base/logging.h"
+#include "kiln/passes/fusion_inputs.h"
 
 namespace kiln::passes {
 
@@ -159,21 +160,13 @@ Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* 
   const bool escapes = !other_users(producer, consumer, g).empty();
   const Slot slot = slot_for(producer, consumer, g);
   ir::Computation* body = module.add_computation(module.fresh_id("fused"));
-  std::vector<Instr*> inputs;
-  std::unordered_map<const Instr*, Instr*> param_of;
-  auto input_for = [&](Instr* outside) {
-    auto it = param_of.find(outside);
-    if (it != param_of.end()) return it->second;
-    Instr* p = body->add(Opcode::kParameter, outside->shape(), {}, {{"index", static_cast<int64_t>(inputs.size())}});
-    inputs.push_back(outside);
-    param_of[outside] = p;
-    return p;
-  };
-  auto from_producer = inline_into(*body, *producer->called()[0], [&](int k) { return input_for(producer->operand(k)); });
+  FusionInputs inputs(*body);
+  auto from_producer =
+      inline_into(*body, *producer->called()[0], [&](int k) { return inputs.param_for(producer->operand(k)); });
   Instr* produced = from_producer.at(producer->called()[0]->root());
   auto from_consumer = inline_into(*body, *consumer->called()[0], [&](int k) {
     Instr* o = consumer->operand(k);
-    return o == producer ? produced : input_for(o);
+    return o == producer ? produced : inputs.param_for(o);
   });
   const Instr* consumer_root = consumer->called()[0]->root();
   std::vector<Instr*> outputs;
@@ -191,7 +184,7 @@ Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* 
   }
   body->set_root(root);
 
-  Instr* merged = comp.add(Opcode::kFusion, root->shape(), inputs, {{"kind", kind(consumer)}});
+  Instr* merged = comp.add(Opcode::kFusion, root->shape(), inputs.inputs(), {{"kind", kind(consumer)}});
   merged->set_called({body});
   merged->mutable_meta() = consumer->meta();
   g.pos[merged] = slot.at();
