@@ -45,6 +45,15 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   options.remat_policy = cfg.get_string("remat_policy");
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, options));
   const backend::CompileReport& r = exe->report();
+  // The backend runs collectives as start/done pairs: name them as it runs them.
+  for (const auto& [start, n] : r.async_by_kind) {
+    const std::string sync = start.substr(0, start.size() - std::string("_start").size());
+    if (!collectives.contains(sync) || collectives[sync].get<int64_t>() != n) continue;
+    collectives[start] = n;
+    collective_bytes[start] = collective_bytes[sync];
+    collectives.erase(sync);
+    collective_bytes.erase(sync);
+  }
 
   models::ParamCounts counts = model->counts();
   train::TrainingFlops flops = train::training_tflops_per_device(train::FlopInputs::from_config(cfg));
@@ -84,6 +93,9 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   j["mesh"] = spmd::Mesh::from_config(cfg.derived().mesh).to_string();
   j["collectives"] = collectives;                 // kind -> count in the per-device program
   j["collective_bytes_per_device"] = collective_bytes;  // kind -> bytes one device moves per step
+  j["async_collectives"] = {{"pairs", r.async_collectives},
+                            {"overlapped", r.overlapped_collectives},
+                            {"limit_bytes", r.overlap_limit_bytes}};
   j["kernels_compiled"] = r.kernels_compiled;
   j["compile_seconds"] = r.compile_seconds;
   j["memory_per_device_bytes"] = {{"parameters", param_bytes},
@@ -129,6 +141,12 @@ void print_text(const nlohmann::ordered_json& j) {
                           j["collective_bytes_per_device"][kind].get<double>() / (1 << 20));
     }
     std::printf("  collectives per device per step (mesh %s):%s\n", j["mesh"].get<std::string>().c_str(), list.c_str());
+    auto async = j["async_collectives"];
+    if (async["pairs"].get<int64_t>() > 0) {
+      std::printf("  async collectives: %lld start/done pairs, %lld overlapped with compute (at most %.1f MiB in flight)\n",
+                  async["pairs"].get<long long>(), async["overlapped"].get<long long>(),
+                  async["limit_bytes"].get<double>() / (1 << 20));
+    }
   }
   std::printf("  compile: %.2f s, %lld kernel libraries built (0 = all cached)\n", j["compile_seconds"].get<double>(),
               j["kernels_compiled"].get<long long>());

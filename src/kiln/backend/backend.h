@@ -25,6 +25,11 @@ struct CompileOptions {
   // argument's contents are undefined after run().
   std::vector<std::pair<int64_t, int64_t>> donated;
   std::string remat_policy = "none";  // MaxText's remat_policy (passes/remat.h); "none": save everything
+  // Collectives as start/done pairs moved apart by the latency-hiding scheduler, with at most
+  // overlap_limit_bytes held by pairs in flight (< 0: sched/latency_hiding.h's default).
+  // KILN_ASYNC_COLLECTIVES=0 and KILN_OVERLAP_LIMIT_MB override them.
+  bool async_collectives = true;
+  int64_t overlap_limit_bytes = -1;
 };
 
 // What compilation made of the module, for `kiln compile` and tests.
@@ -55,6 +60,10 @@ struct CompileReport {
   int64_t in_place_reuses = 0;     // fusion outputs written over a dying operand
   int64_t donated_in_place = 0;    // donated outputs written into their argument's storage
   std::string schedule;            // the order chosen: "list" (memory-aware) or "program_order"
+  int64_t async_collectives = 0;   // start/done pairs, and how many have compute between them
+  int64_t overlapped_collectives = 0;
+  int64_t overlap_limit_bytes = 0;  // the latency-hiding scheduler's limit on bytes in flight
+  std::map<std::string, int64_t> async_by_kind;  // "all_gather_start" -> pairs of that kind
   // Arena bytes the forward pass writes and the backward pass reads (the backward pass
   // starts at the first instruction named "*.grad" in program order): what the forward
   // pass keeps for the backward pass. 0 when the program has no gradients.

@@ -37,6 +37,7 @@ const OpTable& registry() {
     register_attention_ops(*t);
     register_grouped_matmul_ops(*t);
     register_collective_ops(*t);
+    register_async_collective_ops(*t);  // after the collectives: copies their rules
     register_ragged_all_to_all_op(*t);
     return t;
   }();

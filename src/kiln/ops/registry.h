@@ -141,6 +141,7 @@ void register_fusion_ops(OpTable& table);
 void register_attention_ops(OpTable& table);
 void register_grouped_matmul_ops(OpTable& table);
 void register_collective_ops(OpTable& table);
+void register_async_collective_ops(OpTable& table);
 void register_ragged_all_to_all_op(OpTable& table);
 
 }  // namespace kiln::ops

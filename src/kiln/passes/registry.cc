@@ -4,6 +4,7 @@
 
 #include "kiln/base/strings.h"
 #include "kiln/passes/all_reduce_combiner.h"
+#include "kiln/passes/async_collectives.h"
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
@@ -30,6 +31,8 @@ const std::vector<PassInfo>& registered_passes() {
        [] { return std::make_unique<AllReduceCombinerPass>(); }},
       {"regather", "gathers sharded weights again in the backward pass instead of keeping the forward's copy",
        [] { return std::make_unique<RegatherPass>(); }},
+      {"async_collectives", "turns each all-gather, reduce-scatter and all-reduce into a start/done pair",
+       [] { return std::make_unique<AsyncCollectivesPass>(); }},
   };
   return passes;
 }

@@ -1,6 +1,7 @@
 // The memory-aware list scheduler (memory_scheduler.h) with its two constraints: lazy
 // recomputation and donated outputs after their argument's other readers.
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 #include "kiln/base/check.h"
@@ -196,59 +197,85 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   // Candidates that would run recomputation first come after every other ready candidate:
   // recomputation runs as late as possible, when the backward pass cannot go on without it.
   // Among them the most recently ready goes first (the one the gradient just reached).
-  std::vector<int> ready;
+  //
+  // The others wait in `ranked`, best first (highest score, then program order). A ready
+  // candidate's score changes only when a buffer it reads drops to one reader left (then it
+  // is the candidate itself), so running an instruction re-ranks just the readers of the
+  // buffers it read, and picking stays O(log n) instead of a scan of every candidate.
   std::vector<int64_t> ready_since(n, 0);
   int64_t clock = 0;
+  std::vector<int> pending_lazy(n, 0);  // lazy operands not run yet
   for (int i = 0; i < n; ++i) {
-    if (!lazy[i] && waiting[i] == 0) ready.push_back(i);
+    for (int o : operands[i]) pending_lazy[i] += lazy[o] ? 1 : 0;
+  }
+  std::set<std::pair<int64_t, int>> ranked;  // (-score, index)
+  std::vector<int64_t> ranked_score(n, 0);
+  std::vector<char> in_ranked(n, 0);
+  std::vector<int> waiting_for_recomputation;  // ready, but needing recomputation first
+  auto rank = [&](int i) {
+    group = {i};
+    ranked_score[i] = score(group);
+    ranked.insert({-ranked_score[i], i});
+    in_ranked[i] = 1;
+  };
+  auto make_ready = [&](int i) {
+    if (pending_lazy[i] > 0) {
+      waiting_for_recomputation.push_back(i);
+    } else {
+      rank(i);
+    }
+  };
+  for (int i = 0; i < n; ++i) {
+    if (!lazy[i] && waiting[i] == 0) make_ready(i);
   }
   Schedule order;
   order.reserve(instrs.size());
   auto run = [&](int i) {
     order.push_back(instrs[i].get());
     done[i] = true;
-    for (int b : used[i]) --readers_left[b];
-  };
-  auto needs_recomputation = [&](int i) {
-    return std::any_of(operands[i].begin(), operands[i].end(), [&](int o) { return lazy[o] && !done[o]; });
-  };
-  while (!ready.empty()) {
-    // The best candidate without recomputation: highest score, then program order.
-    size_t best = ready.size();
-    int64_t best_score = 0;
-    for (size_t r = 0; r < ready.size(); ++r) {
-      if (needs_recomputation(ready[r])) continue;
-      group = {ready[r]};
-      int64_t s = score(group);
-      if (best == ready.size() || s > best_score || (s == best_score && ready[r] < ready[best])) {
-        best = r;
-        best_score = s;
+    for (int b : used[i]) {
+      if (--readers_left[b] != 1) continue;
+      for (int r : readers_of[b]) {  // the one reader left: its score changed
+        if (done[r] || !in_ranked[r]) continue;
+        ranked.erase({-ranked_score[r], r});
+        rank(r);
       }
     }
-    // Otherwise the most recently ready one, then by score and program order. (Groups are
-    // scored only here: a group can span many layers' clones.)
-    if (best == ready.size()) {
-      int64_t newest = -1;
-      for (int i : ready) newest = std::max(newest, ready_since[i]);
-      for (size_t r = 0; r < ready.size(); ++r) {
-        if (ready_since[ready[r]] != newest) continue;
-        int64_t s = score(group_of(ready[r]));
-        if (best == ready.size() || s > best_score || (s == best_score && ready[r] < ready[best])) {
-          best = r;
-          best_score = s;
-        }
-      }
+    if (!lazy[i]) return;
+    for (int u : users[i]) {
+      if (--pending_lazy[u] > 0 || done[u]) continue;
+      auto it = std::find(waiting_for_recomputation.begin(), waiting_for_recomputation.end(), u);
+      if (it == waiting_for_recomputation.end()) continue;  // not ready yet
+      waiting_for_recomputation.erase(it);
+      rank(u);
     }
-    int i = ready[best];
-    ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(best));
-    std::vector<int> to_run = needs_recomputation(i) ? group_of(i) : std::vector<int>{i};
+  };
+  while (!ranked.empty() || !waiting_for_recomputation.empty()) {
+    int i = -1;
+    if (!ranked.empty()) {
+      i = ranked.begin()->second;
+      ranked.erase(ranked.begin());
+      in_ranked[i] = 0;
+    } else {
+      // The most recently ready one, then by score and program order. (Groups are scored
+      // only here: a group can span many layers' clones.)
+      int64_t newest = -1, best_score = 0;
+      for (int c : waiting_for_recomputation) newest = std::max(newest, ready_since[c]);
+      for (int c : waiting_for_recomputation) {
+        if (ready_since[c] != newest) continue;
+        int64_t s = score(group_of(c));
+        if (i < 0 || s > best_score || (s == best_score && c < i)) i = c, best_score = s;
+      }
+      waiting_for_recomputation.erase(std::find(waiting_for_recomputation.begin(), waiting_for_recomputation.end(), i));
+    }
+    std::vector<int> to_run = pending_lazy[i] > 0 ? group_of(i) : std::vector<int>{i};
     for (int g : to_run) run(g);
     while (next_lazy < lazy_order.size() && done[lazy_order[next_lazy]]) ++next_lazy;
     ++clock;
     for (int u : dependents[i]) {
       if (--waiting[u] == 0) {
-        ready.push_back(u);
         ready_since[u] = clock;
+        make_ready(u);
       }
     }
   }

@@ -14,6 +14,10 @@ bool is_view(const Instr& instr) {
     case Opcode::kReshape:
     case Opcode::kCopy:
     case Opcode::kStopGradient: return !instr.shape().is_tuple();
+    // An async collective's done returns the buffer its start wrote (ops/async_collective_ops.cc).
+    case Opcode::kAllGatherDone:
+    case Opcode::kReduceScatterDone:
+    case Opcode::kAllReduceDone: return true;
     default: return false;
   }
 }

@@ -8,7 +8,16 @@
 //   reduce_scatter x [.., n*g, ..] -> [.., n, ..]
 //   all_reduce     x               -> x
 //   shard_slice    x [.., n*g, ..] -> [.., n, ..]  (a local copy)
+//
+// Each collective is issued (the runtime call, which posts this device's part) and then
+// finished (the wait, and unpacking a staged result). The synchronous kernel does both; the
+// async pair (ops/async_collective_ops.cc) splits them: the start issues into its own result
+// buffer and keeps the Pending and any staging in a slot of this thread, keyed by the start
+// instruction; the done finishes it and returns the start's buffer as its value (a view).
+// A run's start and done execute on the same device thread (one executable per device, one
+// run at a time), so a thread-local table is the per-executable, per-run state.
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/backend/cpu/kernel.h"
@@ -63,71 +72,141 @@ void pack(const std::byte* from, std::byte* to, const Layout& l, int64_t g) {
   }
 }
 
+// A collective between its issue and its finish: the runtime's handle, and the staging
+// buffer it reads or writes (which must outlive the wait).
+struct InFlight {
+  std::unique_ptr<runtime::Pending> pending;  // null: nothing to wait for (one-device group)
+  std::vector<std::byte> staged;
+};
+
+// all_gather: into y directly when rank-major is already y's layout, else into staging.
+InFlight issue_all_gather(const Instr& instr, const Buffer& x, void* y) {
+  InFlight f;
+  ops::CollectiveGroup g = ops::collective_group(instr);
+  const int64_t size = static_cast<int64_t>(g.members.size());
+  if (size == 1) {
+    std::memcpy(y, x.data(), x.byte_size());
+    return f;
+  }
+  const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
+  void* target = y;
+  if (l.outer > 1) {
+    f.staged.resize(x.byte_size() * size);
+    target = f.staged.data();
+  }
+  f.pending = ops::current_device().collectives->all_gather(g.members, x.data(), x.byte_size(), target);
+  return f;
+}
+
+void finish_all_gather(const Instr& instr, InFlight& f, const ir::Shape& x_shape, void* y) {
+  if (f.pending) ops::wait_for(std::move(f.pending), instr);
+  if (f.staged.empty()) return;
+  // staged [rank][outer, n, inner] -> y [outer, rank * n, inner]
+  const Layout l = layout_of(x_shape, instr.attrs().get_int("dim"));
+  const int64_t x_bytes = x_shape.byte_size();
+  const int64_t size = static_cast<int64_t>(f.staged.size()) / x_bytes;
+  const int64_t block = l.n * l.inner_bytes;
+  auto* dst = static_cast<std::byte*>(y);
+  for (int64_t r = 0; r < size; ++r) {
+    for (int64_t o = 0; o < l.outer; ++o) {
+      std::memcpy(dst + (o * size + r) * block, f.staged.data() + r * x_bytes + o * block, block);
+    }
+  }
+}
+
+// reduce_scatter: chunks along an inner dimension are packed rank-major first.
+InFlight issue_reduce_scatter(const Instr& instr, const Buffer& x, Buffer& y) {
+  InFlight f;
+  ops::CollectiveGroup g = ops::collective_group(instr);
+  const int64_t size = static_cast<int64_t>(g.members.size());
+  if (size == 1) {
+    std::memcpy(y.data(), x.data(), x.byte_size());
+    return f;
+  }
+  const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
+  const void* source = x.data();
+  if (l.outer > 1) {
+    f.staged.resize(x.byte_size());
+    pack(static_cast<const std::byte*>(x.data()), f.staged.data(), l, size);
+    source = f.staged.data();
+  }
+  f.pending = ops::current_device().collectives->reduce_scatter(g.members, source, y.data(), y.num_elements(),
+                                                                reduce_dtype(x.shape().dtype()));
+  return f;
+}
+
+InFlight issue_all_reduce(const Instr& instr, const Buffer& x, Buffer& y) {
+  InFlight f;
+  ops::CollectiveGroup g = ops::collective_group(instr);
+  if (g.members.size() == 1) {
+    std::memcpy(y.data(), x.data(), x.byte_size());
+    return f;
+  }
+  f.pending = ops::current_device().collectives->all_reduce(g.members, x.data(), y.data(), x.num_elements(),
+                                                            reduce_dtype(x.shape().dtype()));
+  return f;
+}
+
+void finish_wait(const Instr& instr, InFlight& f) {
+  if (f.pending) ops::wait_for(std::move(f.pending), instr);
+}
+
 Kernel all_gather_kernel(const Instr& instr) {
   return [&instr](std::span<const Value* const> in, Value& out) {
     const Buffer& x = (*in[0])[0];
-    Buffer& y = out[0];
-    ops::CollectiveGroup g = ops::collective_group(instr);
-    const int64_t size = static_cast<int64_t>(g.members.size());
-    const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
-    if (size == 1) {
-      std::memcpy(y.data(), x.data(), x.byte_size());
-      return;
-    }
-    const ops::DeviceContext& ctx = ops::current_device();
-    if (l.outer == 1) {  // rank-major is already the result's layout
-      ops::wait_for(ctx.collectives->all_gather(g.members, x.data(), x.byte_size(), y.data()), instr);
-      return;
-    }
-    std::vector<std::byte> staged(x.byte_size() * size);
-    ops::wait_for(ctx.collectives->all_gather(g.members, x.data(), x.byte_size(), staged.data()), instr);
-    // staged [rank][outer, n, inner] -> y [outer, rank * n, inner]
-    const int64_t block = l.n * l.inner_bytes;
-    auto* dst = static_cast<std::byte*>(y.data());
-    for (int64_t r = 0; r < size; ++r) {
-      for (int64_t o = 0; o < l.outer; ++o) {
-        std::memcpy(dst + (o * size + r) * block, staged.data() + r * x.byte_size() + o * block, block);
-      }
-    }
+    InFlight f = issue_all_gather(instr, x, out[0].data());
+    finish_all_gather(instr, f, x.shape(), out[0].data());
   };
 }
 
 Kernel reduce_scatter_kernel(const Instr& instr) {
   return [&instr](std::span<const Value* const> in, Value& out) {
-    const Buffer& x = (*in[0])[0];
-    Buffer& y = out[0];
-    ops::CollectiveGroup g = ops::collective_group(instr);
-    const int64_t size = static_cast<int64_t>(g.members.size());
-    if (size == 1) {
-      std::memcpy(y.data(), x.data(), x.byte_size());
-      return;
-    }
-    const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
-    const void* source = x.data();
-    std::vector<std::byte> staged;
-    if (l.outer > 1) {
-      staged.resize(x.byte_size());
-      pack(static_cast<const std::byte*>(x.data()), staged.data(), l, size);
-      source = staged.data();
-    }
-    ops::wait_for(ops::current_device().collectives->reduce_scatter(g.members, source, y.data(), y.num_elements(),
-                                                                    reduce_dtype(x.shape().dtype())),
-                instr);
+    InFlight f = issue_reduce_scatter(instr, (*in[0])[0], out[0]);
+    finish_wait(instr, f);
   };
 }
 
 Kernel all_reduce_kernel(const Instr& instr) {
   return [&instr](std::span<const Value* const> in, Value& out) {
+    InFlight f = issue_all_reduce(instr, (*in[0])[0], out[0]);
+    finish_wait(instr, f);
+  };
+}
+
+// The collectives this device thread has started and not finished, by start instruction.
+std::unordered_map<const Instr*, InFlight>& in_flight() {
+  thread_local std::unordered_map<const Instr*, InFlight> table;
+  return table;
+}
+
+Kernel start_kernel(const Instr& instr) {
+  return [&instr](std::span<const Value* const> in, Value& out) {
     const Buffer& x = (*in[0])[0];
-    Buffer& y = out[0];
-    ops::CollectiveGroup g = ops::collective_group(instr);
-    if (g.members.size() == 1) {
-      std::memcpy(y.data(), x.data(), x.byte_size());
-      return;
+    InFlight f;
+    switch (instr.opcode()) {
+      case ir::Opcode::kAllGatherStart: f = issue_all_gather(instr, x, out[0].data()); break;
+      case ir::Opcode::kReduceScatterStart: f = issue_reduce_scatter(instr, x, out[0]); break;
+      default: f = issue_all_reduce(instr, x, out[0]); break;
     }
-    ops::wait_for(ops::current_device().collectives->all_reduce(g.members, x.data(), y.data(), x.num_elements(),
-                                                                reduce_dtype(x.shape().dtype())),
-                instr);
+    in_flight()[&instr] = std::move(f);
+  };
+}
+
+// Finishes the start's collective; the value is the start's buffer. A start that ran the
+// reference evaluation (a dtype the native kernels do not sum) left nothing in flight.
+Kernel done_kernel(const Instr& instr) {
+  const Instr* start = instr.operand(0);
+  return [start](std::span<const Value* const> in, Value& out) {
+    out[0] = (*in[0])[0];  // the start's buffer, which the done may still unpack into
+    auto& table = in_flight();
+    auto it = table.find(start);
+    if (it == table.end()) return;
+    if (start->opcode() == ir::Opcode::kAllGatherStart) {
+      finish_all_gather(*start, it->second, start->operand(0)->shape(), out[0].data());
+    } else {
+      finish_wait(*start, it->second);
+    }
+    table.erase(it);
   };
 }
 
@@ -154,6 +233,12 @@ std::vector<NativeKernelEntry> collective_kernels() {
       {ir::Opcode::kReduceScatter, summable, reduce_scatter_kernel},
       {ir::Opcode::kAllReduce, summable, all_reduce_kernel},
       {ir::Opcode::kShardSlice, any, shard_slice_kernel},
+      {ir::Opcode::kAllGatherStart, any, start_kernel},
+      {ir::Opcode::kReduceScatterStart, summable, start_kernel},
+      {ir::Opcode::kAllReduceStart, summable, start_kernel},
+      {ir::Opcode::kAllGatherDone, any, done_kernel},
+      {ir::Opcode::kReduceScatterDone, any, done_kernel},
+      {ir::Opcode::kAllReduceDone, any, done_kernel},
   };
 }
 

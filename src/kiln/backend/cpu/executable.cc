@@ -21,12 +21,14 @@
 #include "kiln/base/check.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ops/registry.h"
+#include "kiln/passes/async_collectives.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/multi_output_fusion.h"
 #include "kiln/passes/regather.h"
 #include "kiln/passes/registry.h"
 #include "kiln/passes/remat.h"
+#include "kiln/sched/latency_hiding.h"
 
 namespace kiln::backend {
 
@@ -85,8 +87,13 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   pipeline.add(std::make_unique<passes::FusionPass>(!options.fuse));
   if (options.fuse) pipeline.add(std::make_unique<passes::MultiOutputFusionPass>());
   pipeline.add(std::make_unique<passes::DcePass>());
+  // After everything else: a start/done pair is two instructions no other pass should see.
+  if (cpu::async_collectives_enabled(options)) pipeline.add(std::make_unique<passes::AsyncCollectivesPass>());
   KILN_RETURN_IF_ERROR(pipeline.run(*module_).status());
   report_.instructions_after = module_->entry()->size();  // kernels and plumbing actually run
+  for (const auto& instr : module_->entry()->instructions()) {
+    if (sched::is_async_start(*instr)) ++report_.async_by_kind[std::string(ir::opcode_name(instr->opcode()))];
+  }
 
   // Generated kernels: one per distinct fusion body.
   const ir::Computation& entry = *module_->entry();

@@ -8,11 +8,24 @@
 
 #include "kiln/base/check.h"
 #include "kiln/base/logging.h"
+#include "kiln/sched/latency_hiding.h"
 
 namespace kiln::backend::cpu {
 
 using ir::Instr;
 using memory::Placement;
+
+bool async_collectives_enabled(const CompileOptions& options) {
+  const char* env = std::getenv("KILN_ASYNC_COLLECTIVES");
+  if (env != nullptr && *env != '\0') return std::string(env) != "0";
+  return options.async_collectives;
+}
+
+int64_t overlap_limit_bytes(const CompileOptions& options) {
+  const char* env = std::getenv("KILN_OVERLAP_LIMIT_MB");
+  if (env != nullptr && *env != '\0') return static_cast<int64_t>(std::atof(env) * 1048576.0);
+  return options.overlap_limit_bytes;
+}
 
 Status MemoryPlan::build(const ir::Computation& computation, const CompileOptions& options,
                          const std::function<bool(const Instr*)>& fallback, CompileReport& report) {
@@ -21,6 +34,15 @@ Status MemoryPlan::build(const ir::Computation& computation, const CompileOption
   sched::ScheduleOptions sopts;
   sopts.donated = options.donated;
   sched::ScheduleChoice choice = sched::choose_schedule(computation, *model_, sopts);
+  // Async collectives' starts early and dones late, within the memory limit (latency_hiding.h).
+  sched::LatencyHidingOptions lopts;
+  lopts.schedule = sopts;
+  lopts.limit_bytes = overlap_limit_bytes(options);
+  sched::LatencyHidingStats hiding = sched::hide_latency(choice.schedule, *model_, lopts);
+  if (hiding.pairs > 0) KILN_VLOG(1) << "memory plan: " << hiding.to_string();
+  report.async_collectives = hiding.pairs;
+  report.overlapped_collectives = hiding.overlapped;
+  report.overlap_limit_bytes = hiding.limit_bytes;
   KILN_VLOG(1) << "memory plan: " << choice.name << " schedule; peak live bytes: list " << choice.list_peak
                << ", program order " << choice.program_order_peak << ", post order " << choice.post_order_peak;
   memory::AssignmentOptions aopts;
@@ -85,6 +107,8 @@ void MemoryPlan::prepare(const Instr* instr, std::span<const Buffer> args, Value
     return;
   }
   for (int id : defined) out.push_back(planned(id, args));
+  prepared_.clear();
+  for (const Buffer& b : out) prepared_.push_back(b.data());
 }
 
 void MemoryPlan::settle(const Instr* instr, std::span<const Buffer> args, Value& out) {
@@ -92,6 +116,9 @@ void MemoryPlan::settle(const Instr* instr, std::span<const Buffer> args, Value&
   KILN_CHECK(defined.empty() || out.size() == defined.size())
       << "kernel gave " << out.size() << " buffers for " << instr->to_string();
   for (size_t e = 0; e < defined.size(); ++e) {
+    // Written where prepare() put it. (Asking planned() again would give an output of its
+    // own new storage, and an async collective's start is still writing into the first.)
+    if (e < prepared_.size() && out[e].data() == prepared_[e]) continue;
     Buffer want = planned(defined[e], args);
     if (out[e].data() == want.data()) continue;
     // The kernel allocated its own result: move it into the storage the plan gave it.

@@ -49,9 +49,14 @@ class MemoryPlan {
   std::unique_ptr<sched::BufferModel> model_;
   memory::BufferAssignment assignment_;
   std::vector<std::pair<int64_t, int64_t>> donated_;
+  std::vector<const void*> prepared_;  // the storage the last prepare() gave, per leaf
   std::shared_ptr<std::byte[]> arena_;  // per executable: no process-global state
   std::shared_ptr<BufferPool> pool_ = BufferPool::create();  // outputs of their own, reused run after run
 };
+
+// The async collective settings after the environment's overrides (backend.h).
+bool async_collectives_enabled(const CompileOptions& options);
+int64_t overlap_limit_bytes(const CompileOptions& options);
 
 // Bytes of scratch a CPU kernel allocates for itself while it runs, outside the plan.
 int64_t kernel_scratch_bytes(const ir::Instr& instr, bool fallback);

@@ -1,0 +1,76 @@
+#include "kiln/passes/async_collectives.h"
+
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kiln/base/logging.h"
+#include "kiln/ops/builder.h"
+
+namespace kiln::passes {
+
+namespace {
+
+using ir::Instr;
+using ir::Opcode;
+
+struct AsyncPair {
+  Opcode sync, start, done;
+};
+constexpr AsyncPair kPairs[] = {
+    {Opcode::kAllGather, Opcode::kAllGatherStart, Opcode::kAllGatherDone},
+    {Opcode::kReduceScatter, Opcode::kReduceScatterStart, Opcode::kReduceScatterDone},
+    {Opcode::kAllReduce, Opcode::kAllReduceStart, Opcode::kAllReduceDone},
+};
+
+const AsyncPair* pair_of_sync(Opcode op) {
+  for (const AsyncPair& p : kPairs) {
+    if (p.sync == op) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool is_async_start(const Instr& instr) {
+  for (const AsyncPair& p : kPairs) {
+    if (p.start == instr.opcode()) return true;
+  }
+  return false;
+}
+
+bool is_async_done(const Instr& instr) {
+  for (const AsyncPair& p : kPairs) {
+    if (p.done == instr.opcode()) return true;
+  }
+  return false;
+}
+
+const Instr* async_start_of(const Instr& instr) { return is_async_done(instr) ? instr.operand(0) : nullptr; }
+
+Result<bool> AsyncCollectivesPass::run(ir::Module& module) {
+  ir::Computation& comp = *module.entry();
+  std::vector<Instr*> sync;
+  for (const auto& instr : comp.instructions()) {
+    if (pair_of_sync(instr->opcode()) != nullptr && !instr->shape().is_tuple()) sync.push_back(instr.get());
+  }
+  if (sync.empty()) return false;
+  ops::Builder b(&comp);
+  for (Instr* c : sync) {
+    const AsyncPair& p = *pair_of_sync(c->opcode());
+    Instr* x = c->operand(0);
+    Instr* start = b.emit(p.start, {x}, c->attrs(), c->shape());
+    Instr* done = b.emit(p.done, {start, x}, {}, c->shape());
+    start->mutable_meta() = c->meta();
+    done->mutable_meta() = c->meta();
+    const bool was_root = comp.root() == c;
+    c->replace_all_uses_with(done);
+    if (was_root) comp.set_root(done);
+  }
+  for (Instr* c : sync) comp.remove(c);
+  comp.topo_sort();
+  KILN_VLOG(1) << fmt::format("async_collectives: {} collectives made start/done pairs", sync.size());
+  return true;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,154 @@
+#include "kiln/sched/latency_hiding.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+namespace kiln::sched {
+
+using ir::Instr;
+using ir::Opcode;
+
+bool is_async_done(const Instr& instr) {
+  switch (instr.opcode()) {
+    case Opcode::kAllGatherDone:
+    case Opcode::kReduceScatterDone:
+    case Opcode::kAllReduceDone: return true;
+    default: return false;
+  }
+}
+
+bool is_async_start(const Instr& instr) {
+  switch (instr.opcode()) {
+    case Opcode::kAllGatherStart:
+    case Opcode::kReduceScatterStart:
+    case Opcode::kAllReduceStart: return true;
+    default: return false;
+  }
+}
+
+std::string LatencyHidingStats::to_string() const {
+  return fmt::format("{} async collective pairs, {} overlapped with compute; in flight at most {:.1f} MiB (limit {:.1f} MiB)",
+                     pairs, overlapped, peak_in_flight_bytes / 1048576.0, limit_bytes / 1048576.0);
+}
+
+namespace {
+
+// "layers.12.mlp.wi_0" -> 12; -1 when the name has no layer.
+int64_t layer_of(const std::string& name) {
+  const std::string key = "layers.";
+  size_t at = name.find(key);
+  if (at == std::string::npos) return -1;
+  size_t p = at + key.size(), q = p;
+  while (q < name.size() && name[q] >= '0' && name[q] <= '9') ++q;
+  if (q == p || q >= name.size() || name[q] != '.') return -1;
+  return std::stoll(name.substr(p, q - p));
+}
+
+// Bytes a pair holds while its window is open: the result, and the operand when it is a
+// computed value (an argument lives anyway).
+int64_t window_bytes(const Instr& start, const BufferModel* model) {
+  int64_t bytes = start.shape().byte_size();
+  if (model == nullptr) return bytes + start.operand(0)->shape().byte_size();
+  for (int b : model->leaves(start.operand(0))) {
+    if (model->buffer(b).source == BufferSource::kComputed) bytes += model->buffer(b).bytes;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int64_t default_overlap_limit(const ir::Computation& computation) {
+  std::map<int64_t, int64_t> gathered_per_layer;
+  int64_t largest = 0;
+  for (const auto& instr : computation.instructions()) {
+    if (!is_async_start(*instr)) continue;
+    largest = std::max(largest, window_bytes(*instr, nullptr));
+    int64_t layer = layer_of(instr->meta().name);
+    if (instr->opcode() == Opcode::kAllGatherStart && layer >= 0) gathered_per_layer[layer] += instr->shape().byte_size();
+  }
+  int64_t per_layer = 0;
+  for (const auto& [layer, bytes] : gathered_per_layer) per_layer = std::max(per_layer, bytes);
+  return 2 * std::max(per_layer, largest);
+}
+
+LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, const LatencyHidingOptions& options) {
+  LatencyHidingStats stats;
+  // The pairs, and everything else ("base") in its scheduled order.
+  std::unordered_set<const Instr*> async;
+  for (const Instr* i : schedule) {
+    if (is_async_done(*i)) {
+      async.insert(i);
+      async.insert(i->operand(0));
+      ++stats.pairs;
+    }
+  }
+  if (stats.pairs == 0) return stats;
+  const ir::Computation& comp = *schedule.front()->parent();
+  stats.limit_bytes = options.limit_bytes >= 0 ? options.limit_bytes : default_overlap_limit(comp);
+
+  Schedule base;
+  std::vector<const Instr*> pending;  // async instructions in scheduled order
+  std::unordered_map<const Instr*, int> base_pos, orig_gap, gap;
+  for (const Instr* i : schedule) {
+    if (async.count(i)) {
+      orig_gap[i] = static_cast<int>(base.size());  // it ran before base[orig_gap]
+      pending.push_back(i);
+    } else {
+      base_pos[i] = static_cast<int>(base.size());
+      base.push_back(i);
+    }
+  }
+  const int n = static_cast<int>(base.size());
+  // Donated outputs: a done must not pass the writer that takes its operand's argument storage.
+  std::unordered_map<int, const Instr*> donated_writer;  // argument buffer -> writer
+  for (const auto& [r, p] : donated_buffers(model, options.schedule.donated)) donated_writer[p] = model.buffer(r).def;
+
+  std::vector<int64_t> charge(n, 0);
+  for (const Instr* done : pending) {
+    if (!is_async_done(*done)) continue;
+    const Instr* start = done->operand(0);
+    // Latest gap for the done: before its first reader.
+    int latest = n;
+    for (const Instr* u : done->users()) latest = std::min(latest, base_pos.count(u) ? base_pos.at(u) : orig_gap.at(u));
+    for (int b : model.leaves(done->operand(1))) {
+      auto w = donated_writer.find(b);
+      if (w == donated_writer.end()) continue;
+      latest = std::min(latest, base_pos.count(w->second) ? base_pos.at(w->second) : orig_gap.at(done));
+    }
+    latest = std::max(latest, orig_gap.at(done));
+    // Earliest gap for the start: after its operand.
+    const Instr* x = start->operand(0);
+    const int earliest = base_pos.count(x) ? base_pos.at(x) + 1 : gap.at(x);
+    const int64_t bytes = window_bytes(*start, &model);
+    auto widest = [&](int d) {
+      int s = d;
+      while (s > earliest && charge[s - 1] + bytes <= stats.limit_bytes) --s;
+      return s;
+    };
+    int d = latest, s = widest(d);
+    // A done moved late without a window would keep its operand alive uncharged.
+    if (s > orig_gap.at(done)) s = widest(d = orig_gap.at(done));
+    for (int k = s; k < d; ++k) charge[k] += bytes;
+    gap[start] = s;
+    gap[done] = d;
+    if (s < d) ++stats.overlapped;
+  }
+  for (int64_t c : charge) stats.peak_in_flight_bytes = std::max(stats.peak_in_flight_bytes, c);
+
+  // Rebuild: the async instructions of gap k (in their scheduled order, which respects their
+  // dependences) run right before base[k].
+  std::vector<std::vector<const Instr*>> at(n + 1);
+  for (const Instr* i : pending) at[gap.at(i)].push_back(i);
+  schedule.clear();
+  for (int k = 0; k <= n; ++k) {
+    schedule.insert(schedule.end(), at[k].begin(), at[k].end());
+    if (k < n) schedule.push_back(base[k]);
+  }
+  return stats;
+}
+
+}  // namespace kiln::sched

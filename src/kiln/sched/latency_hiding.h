@@ -1,0 +1,53 @@
+// Latency hiding for asynchronous collectives (ops/async_collective_ops.cc), run on a
+// finished schedule (the memory scheduler's choice), as XLA's latency-hiding scheduler runs
+// its start/done pairs apart: each done moves as late as its first reader allows and each
+// start as early as its operand allows, so the compute between them runs while the data
+// moves: the all-gather of layer i+1's weights starts while layer i computes, and a
+// layer's gradient reduce-scatter completes while earlier layers' backward runs.
+//
+// Memory limit. Moving a start early makes its result buffer live sooner, and moving a done
+// late keeps its operand (for a reduce-scatter, the whole unreduced gradient) alive longer.
+// A pair whose window spans instructions charges (result + operand bytes) at each of them,
+// and the charges at any instruction stay within `limit_bytes`; pairs are placed in the
+// order of their dones, each taking the longest window that fits (a pair that fits nowhere
+// keeps the synchronous placement: start right before done). The default limit is twice
+// the largest layer's all-gathered bytes (layers named "layers.N.", the model's names), so
+// about one to two layers' gathered weights are in flight; without layer names, twice the
+// largest window.
+//
+// Everything else keeps its order, so the memory scheduler's decisions stand; dones never
+// move past the writer of a donated output that takes their operand's storage.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kiln/sched/logical_buffers.h"
+#include "kiln/sched/memory_scheduler.h"
+
+namespace kiln::sched {
+
+// The done opcodes of the async collectives, and a done's start (its operand 0).
+bool is_async_done(const ir::Instr& instr);
+bool is_async_start(const ir::Instr& instr);
+
+struct LatencyHidingOptions {
+  int64_t limit_bytes = -1;  // < 0: the default above; 0: keep every pair synchronous
+  ScheduleOptions schedule;  // the donations
+};
+
+struct LatencyHidingStats {
+  int pairs = 0;        // start/done pairs in the schedule
+  int overlapped = 0;   // pairs with at least one instruction between start and done
+  int64_t limit_bytes = 0;
+  int64_t peak_in_flight_bytes = 0;  // the most charged at one instruction
+  std::string to_string() const;
+};
+
+// The default limit for `computation` (see above).
+int64_t default_overlap_limit(const ir::Computation& computation);
+
+// Reorders `schedule` in place.
+LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, const LatencyHidingOptions& options = {});
+
+}  // namespace kiln::sched

@@ -1,0 +1,159 @@
+// The latency-hiding scheduler (sched/latency_hiding.h): IR text of a small partitioned
+// program in, the order its instructions run in out.
+#include "kiln/sched/latency_hiding.h"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include "kiln/ir/parser.h"
+#include "kiln/sched/logical_buffers.h"
+#include "kiln/sched/memory_scheduler.h"
+
+namespace kiln::sched {
+namespace {
+
+// Three layers on fsdp=2: each gathers its weight shard [4,8] -> [8,8] (256 bytes) right
+// before its matmul, as the partitioner and the memory scheduler leave it, and the backward
+// of the last two reduce-scatters a weight gradient [8,8] -> [4,8] right after making it.
+constexpr const char* kLayers = R"(module @layers
+
+ENTRY computation @main {
+  %x = f32[2,8] parameter(), index=0
+  %w0 = f32[4,8] parameter(), index=1, name="layers.0.w"
+  %w1 = f32[4,8] parameter(), index=2, name="layers.1.w"
+  %w2 = f32[4,8] parameter(), index=3, name="layers.2.w"
+  %g0.start = f32[8,8] all_gather_start(%w0), dim=0, group_size=2, mesh_axes=fsdp, name="layers.0.w"
+  %g0 = f32[8,8] all_gather_done(%g0.start, %w0), name="layers.0.w"
+  %h0 = f32[2,8] dot_general(%x, %g0), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %g1.start = f32[8,8] all_gather_start(%w1), dim=0, group_size=2, mesh_axes=fsdp, name="layers.1.w"
+  %g1 = f32[8,8] all_gather_done(%g1.start, %w1), name="layers.1.w"
+  %h1 = f32[2,8] dot_general(%h0, %g1), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %g2.start = f32[8,8] all_gather_start(%w2), dim=0, group_size=2, mesh_axes=fsdp, name="layers.2.w"
+  %g2 = f32[8,8] all_gather_done(%g2.start, %w2), name="layers.2.w"
+  %h2 = f32[2,8] dot_general(%h1, %g2), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %d2 = f32[8,8] dot_general(%h1, %h2), lhs_contract={0}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %r2.start = f32[4,8] reduce_scatter_start(%d2), dim=0, group_size=2, mesh_axes=fsdp, name="layers.2.w.grad"
+  %r2 = f32[4,8] reduce_scatter_done(%r2.start, %d2), name="layers.2.w.grad"
+  %d1 = f32[8,8] dot_general(%h0, %h1), lhs_contract={0}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %r1.start = f32[4,8] reduce_scatter_start(%d1), dim=0, group_size=2, mesh_axes=fsdp, name="layers.1.w.grad"
+  %r1 = f32[4,8] reduce_scatter_done(%r1.start, %d1), name="layers.1.w.grad"
+  ROOT %out = (f32[2,8], f32[4,8], f32[4,8]) tuple(%h2, %r2, %r1)
+}
+)";
+
+std::unique_ptr<ir::Module> parse(const char* text) {
+  auto m = ir::parse_module(text);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return std::move(*m);
+}
+
+std::string order(const Schedule& s) {
+  std::vector<std::string> ids;
+  for (const ir::Instr* i : s) {
+    if (i->opcode() != ir::Opcode::kParameter) ids.push_back(i->id());
+  }
+  return fmt::format("{}", fmt::join(ids, " "));
+}
+
+Schedule hidden(const ir::Module& m, int64_t limit, LatencyHidingStats* stats = nullptr) {
+  const ir::Computation& c = *m.entry();
+  BufferModel model(c);
+  Schedule s = program_order(c);
+  LatencyHidingOptions o;
+  o.limit_bytes = limit;
+  LatencyHidingStats st = hide_latency(s, model, o);
+  if (stats != nullptr) *stats = st;
+  // Every instruction once, after its operands.
+  std::unordered_map<const ir::Instr*, size_t> pos;
+  for (size_t i = 0; i < s.size(); ++i) EXPECT_TRUE(pos.emplace(s[i], i).second);
+  EXPECT_EQ(s.size(), c.instructions().size());
+  for (const ir::Instr* i : s) {
+    for (const ir::Instr* o : i->operands()) EXPECT_LT(pos.at(o), pos.at(i)) << i->id() << " before " << o->id();
+  }
+  return s;
+}
+
+// Each gather window holds 256 bytes (its operand is an argument, alive anyway), each
+// reduce-scatter window 128 + 256 (its operand is computed and now lives to the done).
+TEST(LatencyHiding, NextLayersGatherStartsBeforeThisLayersCompute) {
+  auto m = parse(kLayers);
+  LatencyHidingStats stats;
+  // Room for one gathered layer: layer i+1's gather starts right before layer i's matmul,
+  // its done right before its own; r2 (384 bytes) does not fit and stays synchronous.
+  Schedule s = hidden(*m, 256, &stats);
+  EXPECT_EQ(order(s), "g0.start g0 g1.start h0 g1 g2.start h1 g2 h2 d2 r2.start r2 d1 r1.start r1 out");
+  EXPECT_EQ(stats.pairs, 5);
+  EXPECT_EQ(stats.overlapped, 3);
+  EXPECT_EQ(stats.peak_in_flight_bytes, 256);
+}
+
+TEST(LatencyHiding, DefaultLimitHoldsTwoLayersAndOverlapsTheGradientReduceScatter) {
+  auto m = parse(kLayers);
+  LatencyHidingStats stats;
+  // The default: twice the largest of a layer's gathered bytes (256) and one window (384).
+  Schedule s = hidden(*m, -1, &stats);
+  EXPECT_EQ(stats.limit_bytes, 768);
+  // g0 and g1 start as soon as their shards exist, g2 before layer 0's matmul; r2 is done
+  // only at the end, after d1 (the earlier layer's backward) ran; r1 has nothing after it.
+  EXPECT_EQ(order(s), "g0.start g1.start g0 g2.start h0 g1 h1 g2 h2 d2 r2.start d1 r2 r1.start r1 out");
+  EXPECT_EQ(stats.overlapped, 4);
+  EXPECT_EQ(stats.peak_in_flight_bytes, 512);
+}
+
+TEST(LatencyHiding, LimitZeroKeepsEveryPairSynchronous) {
+  auto m = parse(kLayers);
+  LatencyHidingStats stats;
+  Schedule s = hidden(*m, 0, &stats);
+  EXPECT_EQ(order(s), "g0.start g0 h0 g1.start g1 h1 g2.start g2 h2 d2 r2.start r2 d1 r1.start r1 out");
+  EXPECT_EQ(stats.overlapped, 0);
+  EXPECT_EQ(stats.peak_in_flight_bytes, 0);
+}
+
+// A donated output (the updated weight, written into w's storage) must not be passed by
+// the done that still reads w.
+TEST(LatencyHiding, DoneStaysBeforeTheWriterOfItsDonatedOperand) {
+  auto m = parse(R"(module @donate
+
+ENTRY computation @main {
+  %w = f32[4,8] parameter(), index=0
+  %x = f32[2,8] parameter(), index=1
+  %g.start = f32[8,8] all_gather_start(%w), dim=0, group_size=2, mesh_axes=fsdp
+  %g = f32[8,8] all_gather_done(%g.start, %w)
+  %u = f32[4,8] neg(%w)
+  %e = f32[2,8] exp(%x)
+  %h = f32[2,8] dot_general(%e, %g), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  ROOT %out = (f32[4,8], f32[2,8]) tuple(%u, %h)
+}
+)");
+  const ir::Computation& c = *m->entry();
+  BufferModel model(c);
+  Schedule s = program_order(c);
+  LatencyHidingOptions o;
+  o.schedule.donated = {{0, 0}};
+  hide_latency(s, model, o);
+  EXPECT_EQ(order(s), "g.start g u e h out");
+  // Without the donation the done waits until the matmul needs it.
+  Schedule free = program_order(c);
+  hide_latency(free, model);
+  EXPECT_EQ(order(free), "g.start u e g h out");
+}
+
+TEST(LatencyHiding, NoPairsLeavesTheScheduleAlone) {
+  auto m = parse(R"(module @none
+
+ENTRY computation @main {
+  %x = f32[4] parameter(), index=0
+  %a = f32[4] exp(%x)
+  ROOT %b = f32[4] tanh(%a)
+}
+)");
+  const ir::Computation& c = *m->entry();
+  BufferModel model(c);
+  Schedule s = program_order(c);
+  EXPECT_EQ(hide_latency(s, model).pairs, 0);
+  EXPECT_EQ(order(s), "a b");
+}
+
+}  // namespace
+}  // namespace kiln::sched
