@@ -42,5 +42,7 @@ std::vector<NativeKernelEntry> attention_kernels();
 std::vector<NativeKernelEntry> grouped_matmul_kernels();
 std::vector<NativeKernelEntry> collective_kernels();
 std::vector<NativeKernelEntry> ragged_all_to_all_kernels();
+std::vector<NativeKernelEntry> sort_kernels();     // sort, topk
+std::vector<NativeKernelEntry> integer_kernels();  // s32 reductions and scatter_add
 
 }  // namespace kiln::backend::cpu
