@@ -45,14 +45,14 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   options.remat_policy = cfg.get_string("remat_policy");
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, options));
   const backend::CompileReport& r = exe->report();
-  // The backend runs collectives as start/done pairs: name them as it runs them.
+  // The backend runs collectives as start/done pairs: count them as it runs them (its passes
+  // may have merged or added some, e.g. the backward pass's re-gathers).
   for (const auto& [start, n] : r.async_by_kind) {
     const std::string sync = start.substr(0, start.size() - std::string("_start").size());
-    if (!collectives.contains(sync) || collectives[sync].get<int64_t>() != n) continue;
-    collectives[start] = n;
-    collective_bytes[start] = collective_bytes[sync];
     collectives.erase(sync);
     collective_bytes.erase(sync);
+    collectives[start] = n;
+    collective_bytes[start] = r.async_bytes_by_kind.at(start);
   }
 
   models::ParamCounts counts = model->counts();

@@ -64,6 +64,7 @@ struct CompileReport {
   int64_t overlapped_collectives = 0;
   int64_t overlap_limit_bytes = 0;  // the latency-hiding scheduler's limit on bytes in flight
   std::map<std::string, int64_t> async_by_kind;  // "all_gather_start" -> pairs of that kind
+  std::map<std::string, int64_t> async_bytes_by_kind;  // bytes per step: gathered, or summed
   // Arena bytes the forward pass writes and the backward pass reads (the backward pass
   // starts at the first instruction named "*.grad" in program order): what the forward
   // pass keeps for the backward pass. 0 when the program has no gradients.

@@ -93,7 +93,12 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   KILN_RETURN_IF_ERROR(pipeline.run(*module_).status());
   report_.instructions_after = module_->entry()->size();  // kernels and plumbing actually run
   for (const auto& instr : module_->entry()->instructions()) {
-    if (sched::is_async_start(*instr)) ++report_.async_by_kind[std::string(ir::opcode_name(instr->opcode()))];
+    if (!sched::is_async_start(*instr)) continue;
+    const std::string kind(ir::opcode_name(instr->opcode()));
+    ++report_.async_by_kind[kind];
+    // As spmd::count_collectives: what arrives for a gather, what is summed otherwise.
+    const bool gather = instr->opcode() == Opcode::kAllGatherStart;
+    report_.async_bytes_by_kind[kind] += gather ? instr->shape().byte_size() : instr->operand(0)->shape().byte_size();
   }
 
   // Generated kernels: one per distinct fusion body.
