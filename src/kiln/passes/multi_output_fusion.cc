@@ -126,14 +126,16 @@ bool can_merge(const Instr* producer, const Instr* consumer, const Graph& g) {
   return true;
 }
 
-// Copies `source`'s instructions into `body`, its parameters replaced by `param_value(index)`
-// and without a root tuple (the caller builds the merged one); returns where each one went.
+// Moves `source`'s instructions into `body` (their attributes and metadata move: `source`
+// is removed after the merge), its parameters replaced by `param_value(index)` and without a
+// root tuple (the caller builds the merged one); returns where each one went.
 template <typename ParamValue>
-std::unordered_map<const Instr*, Instr*> inline_into(ir::Computation& body, const ir::Computation& source,
+std::unordered_map<const Instr*, Instr*> inline_into(ir::Computation& body, ir::Computation& source,
                                                      ParamValue param_value) {
   std::unordered_map<const Instr*, Instr*> copy;
+  copy.reserve(source.instructions().size());
   for (const auto& owned : source.instructions()) {
-    const Instr* i = owned.get();
+    Instr* i = owned.get();
     if (i->opcode() == Opcode::kParameter) {
       copy[i] = param_value(static_cast<int>(i->attrs().get_int("index")));
       continue;
@@ -144,10 +146,11 @@ std::unordered_map<const Instr*, Instr*> inline_into(ir::Computation& body, cons
       c = body.add_constant(i->literal());
     } else {
       std::vector<Instr*> operands;
+      operands.reserve(i->operands().size());
       for (const Instr* o : i->operands()) operands.push_back(copy.at(o));
-      c = body.add(i->opcode(), i->shape(), operands, i->attrs());
+      c = body.add(i->opcode(), i->shape(), std::move(operands), std::move(i->mutable_attrs()));
     }
-    c->mutable_meta() = i->meta();
+    c->mutable_meta() = std::move(i->mutable_meta());
     copy[i] = c;
   }
   return copy;
