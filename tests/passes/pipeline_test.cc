@@ -87,7 +87,7 @@ TEST(Pipeline, DefaultPipelineReachesAFixedPointAndPreservesResults) {
   options.verify_each = true;
   options.fixed_point_cap_is_error = true;
   Pipeline p = default_pipeline(options);
-  EXPECT_EQ(p.to_string(), "dce, fix(simplify, cse, dce)");
+  EXPECT_EQ(p.to_string(), "dce, fix(simplify, cse, dce), product_result_dtype");
   auto changed = p.run(*module);
   ASSERT_TRUE(changed.ok()) << changed.status().to_string();
   EXPECT_TRUE(*changed);

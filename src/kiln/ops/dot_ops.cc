@@ -105,17 +105,7 @@ Result<Shape> infer_dot(const InferContext& ctx) {
   for (int64_t x : d.lhs_batch) dims.push_back(lhs.dim(static_cast<int>(x)));
   for (int64_t x : d.lhs_free) dims.push_back(lhs.dim(static_cast<int>(x)));
   for (int64_t x : d.rhs_free) dims.push_back(rhs.dim(static_cast<int>(x)));
-  Shape out(lhs.dtype(), std::move(dims));
-  if (ctx.declared && !ctx.declared->is_tuple() && ctx.declared->dims() == out.dims() &&
-      ctx.declared->dtype() != out.dtype()) {
-    if (!ir::is_floating(out.dtype()) || !ir::is_floating(ctx.declared->dtype())) {
-      return invalid_argument("dot_general of {} operands cannot produce {}: only a floating result dtype may differ "
-                              "from floating operands",
-                              ir::dtype_name(out.dtype()), ctx.declared->to_string());
-    }
-    return *ctx.declared;
-  }
-  return out;
+  return internal::declared_float_result(ctx, Shape(lhs.dtype(), std::move(dims)), "dot_general");
 }
 
 // ---- reference evaluation ----
@@ -307,6 +297,7 @@ void register_dot_ops(OpTable& table) {
              {"lhs_contract", AttrKind::kInts, true, {}},
              {"rhs_contract", AttrKind::kInts, true, {}}};
   d.infer = infer_dot;
+  d.declared_result_dtype = true;
   d.eval = eval_dot;
   d.grad = GradKind::kRule;
   d.vjp = vjp_dot;

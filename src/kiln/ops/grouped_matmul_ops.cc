@@ -22,7 +22,9 @@
 // The group sizes are data (tokens per expert) in a statically shaped buffer, so one
 // compiled program serves every routing. Negative sizes count as 0 and groups are cut at
 // row M (a sum larger than M drops the rows that do not exist). Both ops accumulate in
-// double in the reference evaluation. Gradients (group sizes get none):
+// double in the reference evaluation; like dot_general, both may declare a floating result
+// dtype other than the operands' (bf16 x bf16 -> f32, rounded once).
+// Gradients (group sizes get none):
 //   gmm:  dx = gmm(dy, w, transpose_rhs = !t);  dw = tgmm(x, dy) ([G,K,N]) or tgmm(dy, x) when t
 //   tgmm: dx = gmm(dW_out, transpose_rhs=1) applied to dy;  ddy = gmm(x, dW_out)
 #include <algorithm>
@@ -95,7 +97,7 @@ Result<Shape> infer_gmm(const InferContext& ctx) {
       return invalid_argument("grouped_matmul contracted sizes differ: lhs {} has K = {} but rhs {} has {}",
                               x.to_string(), x.dim(2), w.to_string(), k);
     }
-    return Shape(x.dtype(), {x.dim(0), x.dim(1), n});
+    return internal::declared_float_result(ctx, Shape(x.dtype(), {x.dim(0), x.dim(1), n}), "grouped_matmul");
   }
   if (w.rank() != 3 || w.dim(0) != sizes.dim(0)) {
     return invalid_argument("grouped_matmul rhs must be [G, {}] with G = {} groups, got {}", t ? "N, K" : "K, N",
@@ -106,7 +108,7 @@ Result<Shape> infer_gmm(const InferContext& ctx) {
     return invalid_argument("grouped_matmul contracted sizes differ: lhs {} has K = {} but rhs {} has {}{}",
                             x.to_string(), x.dim(1), w.to_string(), k, t ? " (transpose_rhs=1)" : "");
   }
-  return Shape(x.dtype(), {x.dim(0), n});
+  return internal::declared_float_result(ctx, Shape(x.dtype(), {x.dim(0), n}), "grouped_matmul");
 }
 
 Result<Shape> infer_tgmm(const InferContext& ctx) {
@@ -122,13 +124,15 @@ Result<Shape> infer_tgmm(const InferContext& ctx) {
     }
     const int64_t e = ctx.attrs.get_int("num_groups");
     KILN_RETURN_IF_ERROR(check_blocks("grouped_matmul_weight_grad", x.dim(0), e, sizes.dim(1)));
-    return Shape(x.dtype(), {e, x.dim(2), dy.dim(2)});
+    return internal::declared_float_result(ctx, Shape(x.dtype(), {e, x.dim(2), dy.dim(2)}),
+                                           "grouped_matmul_weight_grad");
   }
   if (dy.rank() != 2 || dy.dim(0) != x.dim(0)) {
     return invalid_argument("grouped_matmul_weight_grad operands must share rows: [M, K] and [M, N], got {} and {}",
                             x.to_string(), dy.to_string());
   }
-  return Shape(x.dtype(), {sizes.dim(0), x.dim(1), dy.dim(1)});
+  return internal::declared_float_result(ctx, Shape(x.dtype(), {sizes.dim(0), x.dim(1), dy.dim(1)}),
+                                         "grouped_matmul_weight_grad");
 }
 
 // ---- reference evaluation (double) ----
@@ -328,6 +332,7 @@ void register_grouped_matmul_ops(OpTable& table) {
     d.min_operands = d.max_operands = 3;
     d.attrs = {{"transpose_rhs", AttrKind::kInt, false, {}}};
     d.infer = infer_gmm;
+    d.declared_result_dtype = true;
     d.eval = eval_gmm;
     d.grad = GradKind::kRule;
     d.vjp = vjp_gmm;
@@ -342,6 +347,7 @@ void register_grouped_matmul_ops(OpTable& table) {
     d.min_operands = d.max_operands = 3;
     d.attrs = {{"num_groups", AttrKind::kInt, false, {}}};
     d.infer = infer_tgmm;
+    d.declared_result_dtype = true;
     d.eval = eval_tgmm;
     d.grad = GradKind::kRule;
     d.vjp = vjp_tgmm;

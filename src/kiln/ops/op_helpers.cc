@@ -23,6 +23,19 @@ Result<ir::Shape> require_declared(const InferContext& ctx, std::string_view op)
   return *ctx.declared;
 }
 
+Result<ir::Shape> declared_float_result(const InferContext& ctx, ir::Shape out, std::string_view op) {
+  if (!ctx.declared || ctx.declared->is_tuple() || ctx.declared->dims() != out.dims() ||
+      ctx.declared->dtype() == out.dtype()) {
+    return out;
+  }
+  if (!ir::is_floating(out.dtype()) || !ir::is_floating(ctx.declared->dtype())) {
+    return invalid_argument("{} of {} operands cannot produce {}: only a floating result dtype may differ "
+                            "from floating operands",
+                            op, ir::dtype_name(out.dtype()), ctx.declared->to_string());
+  }
+  return *ctx.declared;
+}
+
 Cost memory_cost(const ir::Instr& instr) {
   Cost c;
   for (const ir::Instr* o : instr.operands()) c.bytes_read += static_cast<double>(o->shape().byte_size());

@@ -45,6 +45,9 @@ Status check_dims(std::string_view op, std::string_view what, const std::vector<
 // Requires an array (not tuple) shape.
 Status check_array(std::string_view op, const ir::Shape& shape);
 Result<ir::Shape> require_declared(const InferContext& ctx, std::string_view op);
+// `out` computed from the operands, or the declared shape when it has the same dims and
+// another floating dtype (products with OpDef::declared_result_dtype).
+Result<ir::Shape> declared_float_result(const InferContext& ctx, ir::Shape out, std::string_view op);
 
 // Bytes of all operands plus the result.
 Cost memory_cost(const ir::Instr& instr);

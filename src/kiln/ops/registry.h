@@ -91,6 +91,10 @@ struct OpDef {
   // The result depends on the device that runs it (collectives, shard_slice): passes must
   // never evaluate it at compile time (constant folding).
   bool device_dependent = false;
+  // A product (dot_general, grouped matmuls) that accumulates in f32 or wider and rounds
+  // once to its result: the result may declare a floating dtype other than the operands'
+  // (bf16 x bf16 -> f32), which passes use to drop a widening convert after it.
+  bool declared_result_dtype = false;
 
   InferFn infer;
   EvalFn eval;

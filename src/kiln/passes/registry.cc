@@ -9,6 +9,7 @@
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/multi_output_fusion.h"
+#include "kiln/passes/product_result_dtype.h"
 #include "kiln/passes/regather.h"
 #include "kiln/passes/remat.h"
 #include "kiln/passes/simplify.h"
@@ -31,6 +32,8 @@ const std::vector<PassInfo>& registered_passes() {
        [] { return std::make_unique<AllReduceCombinerPass>(); }},
       {"regather", "gathers sharded weights again in the backward pass instead of keeping the forward's copy",
        [] { return std::make_unique<RegatherPass>(); }},
+      {"product_result_dtype", "a bf16 product widened by a convert writes the wide result itself (one rounding less)",
+       [] { return std::make_unique<ProductResultDtypePass>(); }},
       {"async_collectives", "turns each all-gather, reduce-scatter and all-reduce into a start/done pair",
        [] { return std::make_unique<AsyncCollectivesPass>(); }},
   };
@@ -63,6 +66,9 @@ Pipeline default_pipeline(PipelineOptions options) {
   // behind: repeat the three until none of them changes anything.
   p.add_fixed_point("simplify", make_passes(std::make_unique<SimplifyPass>(), std::make_unique<CsePass>(),
                                             std::make_unique<DcePass>()));
+  // After simplification (which removes no-op converts first) and before fusion, which would
+  // otherwise fuse the widening convert into its readers as a pass of its own.
+  p.add(std::make_unique<ProductResultDtypePass>());
   return p;
 }
 
