@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "kiln/base/logging.h"
+
 namespace kiln::sched {
 
 using ir::Instr;
@@ -90,11 +92,17 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
   const ir::Computation& comp = *schedule.front()->parent();
   stats.limit_bytes = options.limit_bytes >= 0 ? options.limit_bytes : default_overlap_limit(comp);
 
-  Schedule base;
+  // Parameters and constants first: they cost nothing to "run", and a collective of a
+  // weight may then start before anything else (a post-order schedule lists a parameter
+  // right before its first reader).
+  auto is_source = [](const Instr* i) { return i->opcode() == Opcode::kParameter || i->opcode() == Opcode::kConstant; };
+  Schedule sources, base;
   std::vector<const Instr*> pending;  // async instructions in scheduled order
   std::unordered_map<const Instr*, int> base_pos, orig_gap, gap;
   for (const Instr* i : schedule) {
-    if (async.count(i)) {
+    if (is_source(i)) {
+      sources.push_back(i);
+    } else if (async.count(i)) {
       orig_gap[i] = static_cast<int>(base.size());  // it ran before base[orig_gap]
       pending.push_back(i);
     } else {
@@ -108,6 +116,7 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
   for (const auto& [r, p] : donated_buffers(model, options.schedule.donated)) donated_writer[p] = model.buffer(r).def;
 
   std::vector<int64_t> charge(n, 0);
+  std::unordered_map<const Instr*, int> moved;  // carried operands -> the gap they run in
   for (const Instr* done : pending) {
     if (!is_async_done(*done)) continue;
     const Instr* start = done->operand(0);
@@ -120,9 +129,17 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
       latest = std::min(latest, base_pos.count(w->second) ? base_pos.at(w->second) : orig_gap.at(done));
     }
     latest = std::max(latest, orig_gap.at(done));
-    // Earliest gap for the start: after its operand.
+    // Earliest gap for the start: after its operand. An operand computed from arguments only
+    // for this collective (a weight's bf16 convert) moves with the start: a memory scheduler
+    // computes it right before the collective, which would leave nothing to overlap. Other
+    // compute (a gradient) stays where the memory scheduler put it.
     const Instr* x = start->operand(0);
-    const int earliest = base_pos.count(x) ? base_pos.at(x) + 1 : gap.at(x);
+    const bool carried = base_pos.count(x) && !is_source(x) &&
+                         std::all_of(x->operands().begin(), x->operands().end(), is_source) &&
+                         std::all_of(x->users().begin(), x->users().end(),
+                                     [&](const Instr* u) { return u == start || u == done; });
+    int earliest = 0;  // after the sources
+    if (!carried && !is_source(x)) earliest = base_pos.count(x) ? base_pos.at(x) + 1 : gap.at(x);
     const int64_t bytes = window_bytes(*start, &model);
     auto widest = [&](int d) {
       int s = d;
@@ -132,21 +149,31 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
     int d = latest, s = widest(d);
     // A done moved late without a window would keep its operand alive uncharged.
     if (s > orig_gap.at(done)) s = widest(d = orig_gap.at(done));
+    // The carried operand runs right before the start (if the start did not move above it,
+    // it stays where it was).
+    if (carried && s <= base_pos.at(x)) moved[x] = s;
     for (int k = s; k < d; ++k) charge[k] += bytes;
     gap[start] = s;
     gap[done] = d;
     if (s < d) ++stats.overlapped;
+    KILN_VLOG(2) << "latency_hiding: %" << start->id() << " "
+                 << (s < d ? fmt::format("overlaps {} instructions ({} bytes in flight)", d - s, bytes)
+                     : d == earliest ? std::string("not overlapped: its first reader follows its operand")
+                                     : fmt::format("not overlapped: {} bytes do not fit under the limit", bytes));
   }
   for (int64_t c : charge) stats.peak_in_flight_bytes = std::max(stats.peak_in_flight_bytes, c);
 
   // Rebuild: the async instructions of gap k (in their scheduled order, which respects their
   // dependences) run right before base[k].
   std::vector<std::vector<const Instr*>> at(n + 1);
-  for (const Instr* i : pending) at[gap.at(i)].push_back(i);
-  schedule.clear();
+  for (const Instr* i : pending) {
+    if (is_async_start(*i) && moved.count(i->operand(0))) at[gap.at(i)].push_back(i->operand(0));
+    at[gap.at(i)].push_back(i);
+  }
+  schedule = std::move(sources);
   for (int k = 0; k <= n; ++k) {
     schedule.insert(schedule.end(), at[k].begin(), at[k].end());
-    if (k < n) schedule.push_back(base[k]);
+    if (k < n && !moved.count(base[k])) schedule.push_back(base[k]);
   }
   return stats;
 }
