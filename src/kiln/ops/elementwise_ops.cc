@@ -300,17 +300,18 @@ std::string format_snippet(const char* f, std::span<const std::string> a) {
 
 void register_elementwise_ops(OpTable& table) {
   // Snippets are C++ expressions over element values; bf16 elements are computed as float.
-  // The kernel prelude of a backend provides kiln_saturate<T>.
+  // The kernel prelude of a backend provides kiln_saturate<T>, kiln_min, kiln_max (std::min and
+  // std::max by value, which vectorize) and kiln_exp (a vectorizable float exp within 1 ulp).
   const std::vector<Spec> specs = {
       {Opcode::kNeg, 1, numeric_rule, [](const Instr&, const double* x) { return -x[0]; }, vjp_neg, "(-{0})", nullptr, 1, 0},
       {Opcode::kAbs, 1, numeric_rule, [](const Instr&, const double* x) { return std::fabs(x[0]); }, vjp_abs, "std::abs({0})", nullptr, 1, 0},
-      {Opcode::kExp, 1, float_unary_rule, [](const Instr&, const double* x) { return std::exp(x[0]); }, vjp_exp, "std::exp({0})", nullptr, 1, 1},
+      {Opcode::kExp, 1, float_unary_rule, [](const Instr&, const double* x) { return std::exp(x[0]); }, vjp_exp, "kiln_exp({0})", nullptr, 1, 1},
       {Opcode::kLog, 1, float_unary_rule, [](const Instr&, const double* x) { return std::log(x[0]); }, vjp_log, "std::log({0})", nullptr, 1, 1},
       {Opcode::kLog1p, 1, float_unary_rule, [](const Instr&, const double* x) { return std::log1p(x[0]); }, vjp_log1p, "std::log1p({0})", nullptr, 1, 1},
       {Opcode::kSqrt, 1, float_unary_rule, [](const Instr&, const double* x) { return std::sqrt(x[0]); }, vjp_sqrt, "std::sqrt({0})", nullptr, 1, 1},
       {Opcode::kRsqrt, 1, float_unary_rule, [](const Instr&, const double* x) { return 1.0 / std::sqrt(x[0]); }, vjp_rsqrt, "(1 / std::sqrt({0}))", nullptr, 2, 1},
       {Opcode::kTanh, 1, float_unary_rule, [](const Instr&, const double* x) { return std::tanh(x[0]); }, vjp_tanh, "std::tanh({0})", nullptr, 1, 1},
-      {Opcode::kLogistic, 1, float_unary_rule, [](const Instr&, const double* x) { return 1.0 / (1.0 + std::exp(-x[0])); }, vjp_logistic, "(1 / (1 + std::exp(-{0})))", nullptr, 3, 1},
+      {Opcode::kLogistic, 1, float_unary_rule, [](const Instr&, const double* x) { return 1.0 / (1.0 + std::exp(-x[0])); }, vjp_logistic, "(1 / (1 + kiln_exp(-{0})))", nullptr, 3, 1},
       {Opcode::kSin, 1, float_unary_rule, [](const Instr&, const double* x) { return std::sin(x[0]); }, vjp_sin, "std::sin({0})", nullptr, 1, 1},
       {Opcode::kCos, 1, float_unary_rule, [](const Instr&, const double* x) { return std::cos(x[0]); }, vjp_cos, "std::cos({0})", nullptr, 1, 1},
       {Opcode::kFloor, 1, float_unary_rule, [](const Instr&, const double* x) { return std::floor(x[0]); }, nullptr, "std::floor({0})", nullptr, 1, 0},
@@ -330,8 +331,8 @@ void register_elementwise_ops(OpTable& table) {
          return x[0] / x[1];
        },
        vjp_div, "({0} / {1})", nullptr, 1, 0},
-      {Opcode::kMax, 2, numeric_rule, [](const Instr&, const double* x) { return std::isnan(x[0]) || std::isnan(x[1]) ? std::numeric_limits<double>::quiet_NaN() : std::max(x[0], x[1]); }, vjp_max, "std::max({0}, {1})", nullptr, 1, 0},
-      {Opcode::kMin, 2, numeric_rule, [](const Instr&, const double* x) { return std::isnan(x[0]) || std::isnan(x[1]) ? std::numeric_limits<double>::quiet_NaN() : std::min(x[0], x[1]); }, vjp_min, "std::min({0}, {1})", nullptr, 1, 0},
+      {Opcode::kMax, 2, numeric_rule, [](const Instr&, const double* x) { return std::isnan(x[0]) || std::isnan(x[1]) ? std::numeric_limits<double>::quiet_NaN() : std::max(x[0], x[1]); }, vjp_max, "kiln_max({0}, {1})", nullptr, 1, 0},
+      {Opcode::kMin, 2, numeric_rule, [](const Instr&, const double* x) { return std::isnan(x[0]) || std::isnan(x[1]) ? std::numeric_limits<double>::quiet_NaN() : std::min(x[0], x[1]); }, vjp_min, "kiln_min({0}, {1})", nullptr, 1, 0},
       {Opcode::kPow, 2, float_unary_rule, [](const Instr&, const double* x) { return std::pow(x[0], x[1]); }, vjp_pow, "std::pow({0}, {1})", nullptr, 1, 1},
       {Opcode::kAnd, 2, pred_rule, [](const Instr&, const double* x) { return (x[0] != 0 && x[1] != 0) ? 1.0 : 0.0; }, nullptr, "({0} && {1})", nullptr, 1, 0},
       {Opcode::kOr, 2, pred_rule, [](const Instr&, const double* x) { return (x[0] != 0 || x[1] != 0) ? 1.0 : 0.0; }, nullptr, "({0} || {1})", nullptr, 1, 0},
@@ -340,7 +341,7 @@ void register_elementwise_ops(OpTable& table) {
       {Opcode::kSelect, 3, select_rule, [](const Instr&, const double* x) { return x[0] != 0 ? x[1] : x[2]; }, vjp_select, "({0} ? {1} : {2})", nullptr, 1, 0},
       {Opcode::kClamp, 3, [](const InferContext& c) { return same_shape_rule(c, "clamp"); },
        [](const Instr&, const double* x) { return std::min(std::max(x[1], x[0]), x[2]); }, vjp_clamp,
-       "std::min(std::max({1}, {0}), {2})", nullptr, 2, 0},
+       "kiln_min(kiln_max({1}, {0}), {2})", nullptr, 2, 0},
   };
   for (const Spec& s : specs) {
     OpDef def;

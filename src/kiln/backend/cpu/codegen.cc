@@ -201,6 +201,37 @@ static inline uint16_t kiln_bf16_store(float value) {
   return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
 }
 static inline float kiln_bf16_round(float value) { return kiln_bf16_load(kiln_bf16_store(value)); }
+// min and max by value, with std::min and std::max's results: std::min/max return a reference,
+// which inside an `omp simd` loop turns a hoisted operand into a per-lane array read by a
+// masked gather that GCC cannot vectorize (the whole loop then ran scalar).
+template <typename T>
+static inline T kiln_min(T a, T b) { return b < a ? b : a; }
+template <typename T>
+static inline T kiln_max(T a, T b) { return a < b ? b : a; }
+// exp in float arithmetic that GCC vectorizes (std::exp is a scalar libm call that keeps the
+// loop scalar): exp(x) = 2^n e^r, n = x log2(e) rounded to nearest (the 1.5 * 2^23 trick, as
+// floor does not vectorize without -ffast-math), r = x - n ln 2 in two parts and e^r by Cephes'
+// expf polynomial (within 1 ulp of exp in double on [-104, 89]); 2^n is applied in two halves
+// so that results underflow through denormals to 0 and overflow to inf as exp does; NaN stays NaN.
+static inline float kiln_exp(float x) {
+  const float c = kiln_min(kiln_max(x, -104.0f), 89.0f);
+  const float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (c - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t ni = n == n ? static_cast<int32_t>(n) : 0, n1 = ni / 2, n2 = ni - n1;
+  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  return y * s1 * s2;
+}
+static inline double kiln_exp(double x) { return std::exp(x); }
 template <typename T, typename F>
 static inline T kiln_saturate(F x) {
   if (std::isnan(x)) return 0;
