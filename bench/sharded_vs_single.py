@@ -7,6 +7,11 @@ the median step time of each (first step excluded: it warms caches) and their ra
 the collective time the run reports (`collective_wait` in the step log, when present), and
 each device's compute time (the profiler's attribution table, collectives and host time
 left out) beside the one-device step's, row by row, with the exposed collective time by kind.
+The sharded step runs twice: with collectives as async start/done pairs moved apart by the
+latency-hiding scheduler (the default), the same without progress between kernels
+(KILN_COLLECTIVE_PROGRESS=0: a device does its part of a started collective only in a
+start or done) and with KILN_ASYNC_COLLECTIVES=0 (each collective one blocking kernel),
+side by side in one invocation so all see the same machine load.
 Virtual devices share the machine's cores (each gets cores / N threads), so on a 2-core
 machine the ideal ratio is 1.0: the same work split in two, run on half the cores each.
 
@@ -35,13 +40,14 @@ def attribution(text):
     return rows
 
 
-def run(kiln, model, extra, steps, out):
+def run(kiln, model, extra, steps, out, env=None):
     # The profiler observes every step after the first, for the per-device compute time.
     args = [kiln, "train", "model_name=" + model, "steps=%d" % steps, "reuse_example_batch=1", "log_period=1",
             "enable_checkpointing=false", "dataset_type=synthetic", "base_output_directory=" + out,
             "run_name=bench", "profiler=trace", "skip_first_n_steps_for_profiler=1",
             "profiler_steps=%d" % (steps - 1)] + extra
-    text = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    text = subprocess.run(args, check=True, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {}))).stdout
     times = [float(m) for m in re.findall(r"completed step: \d+, seconds: ([0-9.]+)", text)]
     waits = [float(m) for m in re.findall(r"collective_wait: ([0-9.]+)", text)]
     losses = [float(m) for m in re.findall(r" loss: ([0-9.]+)", text)]
@@ -59,21 +65,27 @@ def main():
     p.add_argument("--steps", type=int, default=6)
     a = p.parse_args()
     common = ["override_model_config=true", "max_target_length=%d" % a.seq]
+    sharded = common + ["local_devices=%d" % a.devices, "per_device_batch_size=%g" % (a.batch / a.devices)] + a.mesh.split()
     with tempfile.TemporaryDirectory() as out:
         one, _, l1, a1 = run(a.kiln, a.model, common + ["local_devices=1", "ici_fsdp_parallelism=1",
                                                    "per_device_batch_size=%d" % a.batch], a.steps, out)
-        many, waits, ln, an = run(a.kiln, a.model, common + ["local_devices=%d" % a.devices,
-                                                        "per_device_batch_size=%g" % (a.batch / a.devices)]
-                              + a.mesh.split(), a.steps, out)
-    t1, tn = statistics.median(one[1:]), statistics.median(many[1:])
-    print("%-40s %10s" % ("run", "step (s)"))
-    print("%-40s %10.3f" % ("1 device", t1))
-    print("%-40s %10.3f" % ("%d devices, %s" % (a.devices, a.mesh), tn))
-    print("ratio sharded / single: %.2f (target <= 1.15 for fsdp=2 on 2 devices)" % (tn / t1))
-    if waits:
-        print("collective wait per step (median): %.3f s (%.0f%% of the step)" % (statistics.median(waits[1:]),
-                                                                                100 * statistics.median(waits[1:]) / tn))
-    print("first/last loss: 1 device %.4f -> %.4f, sharded %.4f -> %.4f" % (l1[0], l1[-1], ln[0], ln[-1]))
+        runs = {}
+        for name, env in (("sync", {"KILN_ASYNC_COLLECTIVES": "0"}),
+                          ("async, no progress", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "0"}),
+                          ("async", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1"})):
+            runs[name] = run(a.kiln, a.model, sharded, a.steps, out, env)
+    t1 = statistics.median(one[1:])
+    print("%-62s %10s %8s %10s" % ("run", "step (s)", "ratio", "wait (s)"))
+    print("%-62s %10.3f %8s %10s" % ("1 device", t1, "1.00", "-"))
+    for name, (many, waits, ln, an) in runs.items():
+        tn = statistics.median(many[1:])
+        wait = "%.3f" % statistics.median(waits[1:]) if waits else "-"
+        print("%-62s %10.3f %8.2f %10s" % ("%d devices, %s, %s collectives" % (a.devices, a.mesh, name), tn, tn / t1,
+                                          wait))
+    print("ratio target: <= 1.15 for fsdp=2 on 2 devices; wait = collective_wait, the median seconds per step a "
+          "device spent blocked in collectives")
+    print("first/last loss: 1 device %.4f -> %.4f, %s" % (l1[0], l1[-1], ", ".join(
+        "%s %.4f -> %.4f" % (name, r[2][0], r[2][-1]) for name, r in runs.items())))
     # Per-device compute vs the one-device step's, from the attribution tables: on a loaded
     # machine the wall-clock ratio mostly measures descheduling, this one the work each device
     # does. Ideal: 1/devices of the work on threads/devices threads each (linear thread
@@ -81,14 +93,17 @@ def main():
     threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
     ideal = (1.0 / a.devices) * threads / max(1, threads // a.devices)
     c1 = sum(v for k, v in a1.items() if not k.startswith(NOT_COMPUTE))
-    cn = sum(v for k, v in an.items() if not k.startswith(NOT_COMPUTE))
-    if c1 > 0 and cn > 0:
-        print("compute per device / one-device compute: %.2f (%.3f s vs %.3f s per step; ideal %.2f)"
-              % (cn / c1, cn, c1, ideal))
-        for k in sorted(set(a1) | set(an)):
-            if k.startswith(NOT_COMPUTE[1:]) or k == "total":
-                continue
-            print("  %-38s %8.4f %8.4f" % (k, a1.get(k, 0.0), an.get(k, 0.0)))
+    for name, (_, _, _, an) in runs.items():
+        cn = sum(v for k, v in an.items() if not k.startswith(NOT_COMPUTE))
+        if c1 > 0 and cn > 0:
+            print("compute per device / one-device compute, %s: %.2f (%.3f s vs %.3f s per step; ideal %.2f)"
+                  % (name, cn / c1, cn, c1, ideal))
+    keys = sorted(set(a1).union(*(set(r[3]) for r in runs.values())))
+    print("  %-38s %8s %8s %8s %8s" % ("seconds per step (device 0)", "1 dev", "sync", "no prog", "async"))
+    for k in keys:
+        if k.startswith(NOT_COMPUTE[1:]) or k == "total":
+            continue
+        print("  %-38s %8.4f %s" % (k, a1.get(k, 0.0), " ".join("%8.4f" % r[3].get(k, 0.0) for r in runs.values())))
 
 
 if __name__ == "__main__":

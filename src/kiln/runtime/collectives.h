@@ -88,6 +88,12 @@ class Collectives {
   // Seconds this device has spent blocked in wait() and barrier() so far: the exposed
   // collective time, what overlap with compute did not hide (per-step metrics read it).
   virtual double wait_seconds() const = 0;
+  // Advances this device's started collectives without blocking: copies whose peers have
+  // arrived, reads of this device's buffers that peers wait for, MPI_Test. There is no
+  // progress thread; a caller running long compute between a start and its wait (the
+  // backend, between kernels) calls this so its peers are not kept waiting for it. Errors
+  // surface at wait().
+  virtual void progress() {}
 };
 
 // A set of devices this process drives: LocalWorld or MpiWorld. Devices are numbered

@@ -66,6 +66,10 @@ class Engine {
   // Submits and waits at once (barrier).
   Status run(std::shared_ptr<Op> op);
   Status wait(Op& op);
+  // One non-blocking pass over the started ops (what a wait does between sleeps).
+  void progress() {
+    if (!pending_.empty()) advance_all();
+  }
   double timeout_s() const { return timeout_s_; }
   double wait_seconds() const { return wait_seconds_; }
 

@@ -226,6 +226,7 @@ class LocalCollectives final : public Collectives, public Waiter {
 
   int64_t device() const override { return device_; }
   double wait_seconds() const override { return engine_.wait_seconds(); }
+  void progress() override { engine_.progress(); }
   int64_t num_devices() const override { return num_devices_; }
 
   // Waiter: the world's condition variable.

@@ -120,6 +120,7 @@ class MpiCollectives final : public Collectives, public Waiter {
 
   int64_t device() const override { return device_; }
   double wait_seconds() const override { return engine_.wait_seconds(); }
+  void progress() override { engine_.progress(); }
   int64_t num_devices() const override { return world_->num_devices(); }
 
   uint64_t epoch() override { return 0; }

@@ -16,10 +16,13 @@
 // instruction; the done finishes it and returns the start's buffer as its value (a view).
 // A run's start and done execute on the same device thread (one executable per device, one
 // run at a time), so a thread-local table is the per-executable, per-run state.
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/backend/cpu/collective_progress.h"
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/base/check.h"
 #include "kiln/ops/device_context.h"
@@ -188,7 +191,7 @@ Kernel start_kernel(const Instr& instr) {
       case ir::Opcode::kReduceScatterStart: f = issue_reduce_scatter(instr, x, out[0]); break;
       default: f = issue_all_reduce(instr, x, out[0]); break;
     }
-    in_flight()[&instr] = std::move(f);
+    if (f.pending) in_flight()[&instr] = std::move(f);  // else: a one-device group, already copied
   };
 }
 
@@ -225,6 +228,14 @@ Kernel shard_slice_kernel(const Instr& instr) {
 }
 
 }  // namespace
+
+void progress_collectives() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("KILN_COLLECTIVE_PROGRESS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  if (enabled && !in_flight().empty()) ops::current_device().collectives->progress();
+}
 
 std::vector<NativeKernelEntry> collective_kernels() {
   auto any = [](const Instr&) { return true; };

@@ -16,6 +16,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cpu/codegen.h"
+#include "kiln/backend/cpu/collective_progress.h"
 #include "kiln/backend/cpu/compile_cache.h"
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/backend/cpu/memory_plan.h"
@@ -269,6 +270,8 @@ Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
           slot.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           slot.second += 1;
         }
+        // Between kernels (outside their timed interval): async collectives in flight move on.
+        cpu::progress_collectives();
       }
     }
     for (int dead : frees_[s]) values[dead].clear();
