@@ -66,5 +66,54 @@ TEST(BatchTupleTest, ReplicatedOperandsAreSlicedToTheSplitQuerysRows) {
       << text;
 }
 
+// The MoE's routing on a split batch: top-k over the router logits [B, T, E] and a stable
+// sort of each shard's (token, slot) pairs by expert [P, n*k], then the rows gathered in
+// that order; each device orders only its own rows (no all-gather), and the gradient (a
+// scatter_add back through the indices) stays on the device too.
+const char* kRouting = R"(module @route
+
+ENTRY computation @main {
+  %logits = f32[4,3,5] parameter(), index=0
+  %experts = s32[4,6] parameter(), index=1
+  %rows = f32[4,6,2] parameter(), index=2
+  %t = (f32[4,3,2], s32[4,3,2]) topk(%logits), k=2
+  %top = f32[4,3,2] get_tuple_element(%t), index=0
+  %pick = s32[4,3,2] get_tuple_element(%t), index=1
+  %s = (s32[4,6], s32[4,6]) sort(%experts), descending=0
+  %order = s32[4,6] get_tuple_element(%s), index=1
+  %grouped = f32[4,6,2] gather(%rows, %order), axis=1, batch_dims=1
+  %u = (f32[4,3,5], s32[4,3,5]) sort(%logits), descending=1
+  %desc = f32[4,3,5] get_tuple_element(%u), index=0
+  ROOT %r = (f32[4,3,2], s32[4,3,2], s32[4,6], f32[4,6,2], f32[4,3,5]) tuple(%top, %pick, %order, %grouped, %desc)
+}
+)";
+
+TEST(BatchTupleTest, SortAndTopKOrderEachDevicesOwnRows) {
+  const std::vector<std::string> axes = {"data", "fsdp"};
+  ir::Sharding rows3{{axes, {}, {}}}, rows2{{axes, {}}};
+  PartitionCase c{kRouting, Mesh({"data", "fsdp"}, {2, 2}), {rows3, rows2, rows3}, {rows3, rows3, rows2, rows3, rows3}};
+  std::string text = check_partition_equivalent(c);
+  EXPECT_EQ(count_in(text, "all_"), 0) << text;
+  EXPECT_NE(text.find("(f32[1,3,2], s32[1,3,2]) topk("), std::string::npos) << text;
+  EXPECT_NE(text.find("(s32[1,6], s32[1,6]) sort("), std::string::npos) << text;
+  EXPECT_NE(text.find("(f32[1,3,5], s32[1,3,5]) sort("), std::string::npos) << text;
+}
+
+TEST(BatchTupleTest, OneRowSortStaysWhole) {
+  // A rank-1 sort orders its only dimension: a split one must be gathered first.
+  const char* ir = R"(module @one
+
+ENTRY computation @main {
+  %x = s32[8] parameter(), index=0
+  %s = (s32[8], s32[8]) sort(%x), descending=0
+  ROOT %i = s32[8] get_tuple_element(%s), index=1
+}
+)";
+  PartitionCase c{ir, Mesh({"fsdp"}, {2}), {ir::Sharding{{{"fsdp"}}}}, {}};
+  std::string text = check_partition_equivalent(c);
+  EXPECT_EQ(count_in(text, "all_gather("), 1) << text;
+  EXPECT_NE(text.find("(s32[8], s32[8]) sort("), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace kiln::spmd

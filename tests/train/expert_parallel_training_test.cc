@@ -72,7 +72,9 @@ TEST(ExpertParallelTraining, CapacityDropsTheSamePairsAsOneDevice) {
   const std::vector<std::string> cap = {"capacity_factor=1.0"};
   std::vector<double> want = run_losses(cap, 1, "cap_single", "interpreter", 8);
   for (const std::vector<std::string>& mesh : {std::vector<std::string>{"ici_fsdp_parallelism=1", "ici_expert_parallelism=4"},
-                                               std::vector<std::string>{"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}}) {
+                                               std::vector<std::string>{"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"},
+                                               // no expert axis: each shard drops its own pairs, nothing is exchanged
+                                               std::vector<std::string>{"ici_fsdp_parallelism=4", "ici_expert_parallelism=1"}}) {
     std::vector<std::string> extra = cap;
     extra.insert(extra.end(), mesh.begin(), mesh.end());
     expect_same(run_losses(extra, 4, "cap_" + mesh[0].substr(4, 4) + mesh[1].back(), "interpreter", 8), want);
@@ -110,10 +112,54 @@ TEST(ExpertParallelTraining, StepExchangesTokensAndNeverGathersExpertsOverTheExp
       ADD_FAILURE() << line;
     }
   }
-  // Dispatch and return in the forward, the rematerialized forward and the backward, per layer.
-  EXPECT_EQ(ragged, 12);
+  // Per layer: the forward and the rematerialized forward each dispatch the rows and their
+  // expert ids and return the rows (3 each); the backward's return and dispatch (2).
+  EXPECT_EQ(ragged, 16);
   EXPECT_EQ(expert_gathers, 0);
 }
+
+// Each device routes only its own tokens: on 4 devices every sort and top-k of the
+// compiled step (the router's top-k, the sorts of each shard's pairs by expert, the
+// receivers' ordering, the inverse permutations) has one shard's rows (dimension 0 is 1,
+// not the 4 of the global program), and none runs on the reference fallback. fsdp 4 has no
+// expert axis (shards keep their pairs, no exchange); fsdp 2 x expert 2 exchanges them.
+class RoutingPerDevice : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(RoutingPerDevice, SortsAndTopKsHoldOneShardAndRunNatively) {
+  std::string tag;
+  for (const std::string& m : GetParam()) tag += m.substr(4, 2) + m.substr(m.find('=') + 1);
+  std::filesystem::path dump = std::filesystem::path(::testing::TempDir()) / ("kiln_routing_dump_" + tag);
+  std::filesystem::remove_all(dump);
+  std::string cmd = std::string(KILN_BINARY) + " compile --json";
+  for (const std::string& s : model_overrides(4)) cmd += " " + s;
+  for (const std::string& s : GetParam()) cmd += " " + s;
+  cmd += " dump_ir=" + dump.string() + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string report;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) report.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << report;
+  EXPECT_NE(report.find("\"fallback_kernels\": 0"), std::string::npos) << report;
+
+  std::ifstream ir(dump / "optimized.ir");
+  ASSERT_TRUE(ir.good()) << "no optimized.ir in " << dump;
+  int orderings = 0;
+  for (std::string line; std::getline(ir, line);) {
+    if (line.find(" sort(") == std::string::npos && line.find(" topk(") == std::string::npos) continue;
+    ++orderings;
+    // "%sort.1 = (s32[1,16], s32[1,16]) sort(...)": the first dimension of the values.
+    const size_t open = line.find("= (");
+    ASSERT_NE(open, std::string::npos) << line;
+    const size_t bracket = line.find('[', open);
+    EXPECT_EQ(line.substr(bracket, 3), "[1,") << line;
+  }
+  EXPECT_GE(orderings, 4) << "no routing found in " << dump / "optimized.ir";
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, RoutingPerDevice,
+                         ::testing::Values(std::vector<std::string>{"ici_fsdp_parallelism=4"},
+                                           std::vector<std::string>{"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}));
 
 }  // namespace
 }  // namespace kiln::train

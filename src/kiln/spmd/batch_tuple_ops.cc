@@ -17,6 +17,14 @@ std::optional<BatchTupleRule> batch_tuple_rule(const ir::Instr& instr) {
       rule.element_batch.assign(elements, true);
       if (elements == 4) rule.element_batch[3] = false;
       break;
+    case ir::Opcode::kSort:
+    case ir::Opcode::kTopK:
+      // Rows along the last dimension are ordered on their own: with a leading dimension
+      // (the MoE's token shards, the router's batch) each device orders its own rows.
+      // A rank-1 operand is one row: its only dimension is the ordered one.
+      if (instr.operand(0)->shape().rank() < 2) return std::nullopt;
+      rule.element_batch.assign(elements, true);  // values and indices
+      break;
     default:
       return std::nullopt;
   }

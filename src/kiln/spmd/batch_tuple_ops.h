@@ -1,5 +1,6 @@
 // Tuple-valued ops that treat every batch row on its own: attention (out, lse) and its
-// gradient (dq, dk, dv [, dsinks]). The array rule (OpDef::dim_map) cannot describe them,
+// gradient (dq, dk, dv [, dsinks]), and sort and top-k (values, indices) of rank >= 2,
+// which order each row along the last dimension on its own. The array rule (OpDef::dim_map) cannot describe them,
 // since it maps operand dimensions to one result only, so without this rule the
 // partitioner ran them on replicated operands: every device all-gathered the batch and
 // repeated the whole attention, forward, rematerialized forward and backward.
@@ -8,7 +9,10 @@
 // may stay split over the axes it already has; each device runs the op on its own rows.
 // Result elements that carry the batch keep its split; the others are sums over the batch
 // (dsinks), left as partial sums over the batch's axes for the partitioner to add up.
-// Other dimensions (heads, sequence) are taken whole.
+// Other dimensions (heads, sequence) are taken whole. For sort and top-k this is what lets
+// each device route only its own tokens: the router's top-k over [B, T, E] and the MoE's
+// sorts over [token shards, pairs] keep dimension 0 split instead of being gathered and
+// repeated on every device.
 #pragma once
 
 #include <optional>

@@ -10,8 +10,8 @@
 //   ragged_all_to_all sends them (slot = n*k rows per source: the worst case, every pair
 //   to one shard; with a capacity, El experts × capacity × sequences per shard, the dropped
 //   pairs not sent at all) -> [P, G*slot, D], entry q*G + d holding what shard d received;
-//   there the rows are ordered by local expert (the per-source counts are known to every
-//   device from the routing), the batched grouped matmuls run on the shard's own experts
+//   there the rows are ordered by local expert (each row's expert id travels beside it in
+//   a second, s32 exchange), the batched grouped matmuls run on the shard's own experts
 //   (entry p uses block p mod G), the rows go back to slot order and return with the
 //   reverse exchange; each token sums its k rows times their weights.
 // Partitioned with the batch over (.., expert) (the default rules), every device holds one
@@ -43,14 +43,6 @@ Tensor ragged(const Tensor& x, const Tensor& sizes, int64_t group, int64_t rows,
   return Tensor(&g, g.builder().emit(ir::Opcode::kRaggedAllToAll, {x.instr(), sizes.instr()}, a));
 }
 
-// Inclusive running sum along the last (small) dimension.
-Tensor running_sum(const Tensor& x) {
-  const int last = static_cast<int>(x.dims().size()) - 1;
-  std::vector<Tensor> parts;
-  for (int64_t e = 0; e < x.dim(last); ++e) parts.push_back(x.slice(last, 0, e + 1).sum({last}, true));
-  return frontend::concatenate(parts, last);
-}
-
 // MaxText's per-sequence expert capacity (mlp.cc's expert_capacity).
 int64_t capacity(const GptOssConfig& c, int64_t seq_len) {
   double balanced = std::ceil(static_cast<double>(seq_len * c.top_k) / static_cast<double>(c.num_experts));
@@ -59,13 +51,58 @@ int64_t capacity(const GptOssConfig& c, int64_t seq_len) {
 
 }  // namespace
 
+namespace {
+
+// G = 1 (the batch split, the experts not: fsdp or data parallelism without expert
+// parallelism): every pair stays on its own shard, so there is nothing to exchange. Each
+// shard runs sparse_experts' dispatch on its own tokens: sort its pairs by expert, gather
+// their rows, batched grouped matmuls over all E experts (one block, the weights gathered
+// whole), each pair's output times its weight added back to its token. Partitioned, each
+// device routes only its own tokens, as the one-device step does all of them.
+Tensor shard_local_experts(const GptOssConfig& c, const ParamTable& params, const std::string& prefix, const Tensor& x,
+                           const Tensor& index, const Tensor& weights, const Tensor& keep) {
+  frontend::Graph& g = *x.graph();
+  const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2), e = c.num_experts, k = c.top_k;
+  const int64_t shards = c.token_shards, n = b * t / shards, pairs = n * k;
+  const ir::DType s32 = ir::DType::kS32;
+
+  Tensor xp = x.reshape({shards, n, d});                                           // [P, n, D]
+  Tensor expert = index.reshape({shards, pairs});                                  // s32 [P, n*k]
+  if (keep.valid()) {
+    // Dropped pairs sort last under a pseudo-expert E, outside every group (padding rows).
+    expert = frontend::where(keep.reshape({shards, pairs}) > 0.5, expert, g.full({shards, pairs}, e, s32));
+  }
+  auto [sorted_expert, order] = frontend::sort(expert);                            // per shard, stable
+  Tensor token = g.iota({shards, n, k}, 1).reshape({shards, pairs}).take(order, 1, 1).named("sorted_token");
+  Tensor group_sizes = frontend::scatter_add(g.zeros({shards, e}, s32), expert, g.full({shards, pairs}, 1.0, s32), 1, 1)
+                           .named("group_sizes");                                  // s32 [P, E]
+  Tensor xs = xp.take(token, 1, 1).named("grouped_inputs");                        // [P, n*k, D], grouped by expert
+  auto gmm = [&](const Tensor& lhs, const std::string& name) {
+    Tensor y(&g, g.builder().grouped_matmul(lhs.instr(), params(prefix + "." + name).instr(), group_sizes.instr()));
+    if (c.mlp_bias) y = y + params(prefix + "." + name + "_bias").take(sorted_expert, 0);  // each row its expert's bias
+    return y;
+  };
+  Tensor gate = gmm(xs, "wi_0").named("mlpwi_0");
+  Tensor up = c.mlp_activations.size() == 2 ? gmm(xs, "wi_1").named("mlpwi_1") : Tensor();
+  Tensor hidden = hidden_activation(c, gate, up).named("hidden");                  // [P, n*k, I]
+  Tensor y = gmm(hidden, "wo").named("mlpwo");                                     // [P, n*k, D]
+  const ir::DType sum_dtype = c.float32_weight_sum ? ir::DType::kF32 : c.dtype;
+  Tensor w = weights.reshape({shards, pairs}).take(order, 1, 1).astype(sum_dtype);  // [P, n*k]
+  Tensor contributions = y.astype(sum_dtype) * w.expand_dims(-1);                  // [P, n*k, D]
+  Tensor out = frontend::scatter_add(g.zeros({shards, n, d}, sum_dtype), token, contributions, 1, 1);  // [P, n, D]
+  return out.reshape({b, t, d}).astype(c.dtype);
+}
+
+}  // namespace
+
 bool use_token_routing(const GptOssConfig& c, const Tensor& x) {
   const int64_t g = c.expert_shards, p = c.token_shards;
-  return c.is_moe() && g > 1 && p % g == 0 && c.num_experts % g == 0 && x.dim(0) % p == 0;
+  return c.is_moe() && p > 1 && g >= 1 && p % g == 0 && c.num_experts % g == 0 && x.dim(0) % p == 0;
 }
 
 Tensor token_routed_experts(const GptOssConfig& c, const ParamTable& params, const std::string& prefix, const Tensor& x,
                             const Tensor& index, const Tensor& weights, const Tensor& keep) {
+  if (c.expert_shards == 1) return shard_local_experts(c, params, prefix, x, index, weights, keep);
   frontend::Graph& g = *x.graph();
   const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2), e = c.num_experts, k = c.top_k;
   const int64_t shards = c.token_shards, groups = c.expert_shards, local = e / groups;
@@ -87,19 +124,21 @@ Tensor token_routed_experts(const GptOssConfig& c, const ParamTable& params, con
   Tensor sizes = counts.reshape({shards, groups, local}).sum({2}).named("dispatch_sizes");  // s32 [P, G]
   Tensor received = ragged(rows, sizes, groups, pairs, slot, false).named("dispatched");    // [P, G*slot, D]
 
-  // What entry q*G + d received from source s, per local expert: counts[q*G+s, d*El+e].
-  Tensor from = counts.reshape({shards / groups, groups, groups, local})
-                    .transpose({0, 2, 1, 3})
-                    .reshape({shards, groups, local});                             // s32 [P, G, El]
-  Tensor ends = running_sum(from);                                                 // [P, G, El]
-  Tensor row = g.iota({shards, groups, slot, local}, 2);
-  Tensor local_expert = frontend::where(row >= ends.expand_dims(2).broadcast_to({shards, groups, slot, local}),
-                                        g.full({shards, groups, slot, local}, 1, s32), g.full({shards, groups, slot, local}, 0, s32))
-                            .sum({3})
-                            .reshape({shards, groups * slot});                     // El: a padding row
+  // Each row's expert travels with it (s32, plus 1 so that the zeroed padding rows read
+  // 0): the receiver orders and counts what it got from its own rows, so this work stays
+  // on the device that holds the entry (deriving it from every source's counts would need
+  // all entries' counts, gathered and repeated on every device).
+  Tensor ids = ragged((sorted_expert + g.full({shards, pairs}, 1, s32)).reshape({shards, pairs, 1}), sizes, groups, pairs,
+                      slot, false)
+                   .reshape({shards, groups * slot});                              // s32 [P, G*slot], 0: padding
+  // Entry q*G + d holds expert block d: its first expert is d*El.
+  Tensor first = g.iota({shards / groups, groups, groups * slot}, 1, s32).reshape({shards, groups * slot}) *
+                 g.full({shards, groups * slot}, local, s32);
+  Tensor local_expert = frontend::where(ids > g.full({shards, groups * slot}, 0, s32), ids - g.full({shards, groups * slot}, 1, s32) - first,
+                                        g.full({shards, groups * slot}, local, s32));  // El: a padding row
   auto [grouped_expert, by_expert] = frontend::sort(local_expert);                 // local expert, then source
   Tensor xs = received.take(by_expert, 1, 1).named("grouped_inputs");              // [P, G*slot, D]
-  Tensor group_sizes = from.sum({1}).named("group_sizes");                         // s32 [P, El]
+  Tensor group_sizes = frontend::one_hot(local_expert, local, s32).sum({1}).named("group_sizes");  // s32 [P, El]
 
   // Ones shaped like one column of the rows, made from them so that they are laid out as
   // the rows are (split by shard; a broadcast constant would be replicated, and the bias

@@ -110,9 +110,10 @@ struct GptOssConfig {
   bool use_random_routing = false;  // debug: experts picked at random (balanced), router weights kept
   // Token-routed expert parallelism (expert_parallel.cc): the experts are split over
   // expert_shards devices and the batch over token_shards (both from the mesh and the
-  // logical axis rules; 1 on one device). With expert_shards > 1 the sparse dispatch is
-  // written over token shards and exchanges rows with ragged all-to-alls; the math is the
-  // same for every value.
+  // logical axis rules; 1 on one device). With token_shards > 1 the sparse dispatch is
+  // written over token shards, so each device routes only its own tokens; with
+  // expert_shards > 1 too the shards exchange rows with ragged all-to-alls. The math is
+  // the same for every value.
   int64_t expert_shards = 1, token_shards = 1;
   double z_loss_multiplier = 0.0;
   bool logits_via_embedding = false, cast_logits_to_fp32 = true;
