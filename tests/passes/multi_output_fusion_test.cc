@@ -151,5 +151,32 @@ ENTRY computation @main {
   check_pass(pass, text, text, false);
 }
 
+// The consumer reads the producer through a transpose (a load at another index): merged, the
+// transpose would read a value computed inside the loop, which only a parameter can be.
+TEST(MultiOutputFusion, RefusesAProducerTheConsumerReadsThroughATranspose) {
+  const char* text = R"(module @mapped
+
+computation @fused.a {
+  %a.x = f32[4,4] parameter(), index=0
+  ROOT %a.e = f32[4,4] exp(%a.x)
+}
+
+computation @fused.c {
+  %c.a = f32[4,4] parameter(), index=0
+  %c.t = f32[4,4] transpose(%c.a), perm={1,0}
+  ROOT %c.s = f32[4,4] add(%c.t, %c.a)
+}
+
+ENTRY computation @main {
+  %x = f32[4,4] parameter(), index=0
+  %a = f32[4,4] fusion(%x), kind=loop, calls={@fused.a}
+  %c = f32[4,4] fusion(%a), kind=loop, calls={@fused.c}
+  ROOT %t = (f32[4,4], f32[4,4]) tuple(%c, %a)
+}
+)";
+  MultiOutputFusionPass pass;
+  check_pass(pass, text, text, false);
+}
+
 }  // namespace
 }  // namespace kiln::passes

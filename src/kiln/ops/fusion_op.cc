@@ -5,6 +5,7 @@
 // evaluates the body; backends generate one kernel from it. A multi-output fusion's root is
 // a tuple of arrays (passes/multi_output_fusion.h): for kind=input the first is the
 // reduction and the others are values over the reduction's input dims.
+#include <algorithm>
 #include <unordered_map>
 
 #include "kiln/base/check.h"
@@ -50,8 +51,14 @@ std::vector<std::vector<int>> fusion_dim_map(const Instr& instr) {
   // fusions are left unmapped (conservative).
   std::vector<std::vector<int>> out = internal::empty_dim_map(instr);
   if (instr.attrs().get_string("kind") != "loop") return out;
+  const ir::Computation& body = *instr.called()[0];
   for (int i = 0; i < instr.num_operands(); ++i) {
-    if (instr.operand(i)->shape().dims() == instr.shape().dims()) {
+    // A parameter a transpose or broadcast reads (a mapped read) is read at other indices.
+    const auto& users = body.param(i)->users();
+    bool mapped = std::any_of(users.begin(), users.end(), [](const Instr* u) {
+      return u->opcode() == Opcode::kTranspose || (u->opcode() == Opcode::kBroadcast && u->operand(0)->shape().rank() > 0);
+    });
+    if (!mapped && instr.operand(i)->shape().dims() == instr.shape().dims()) {
       for (size_t d = 0; d < out[i].size(); ++d) out[i][d] = static_cast<int>(d);
     }
   }
@@ -138,6 +145,27 @@ computation @fused.3 {
 ENTRY computation @main {
   %x = f32[2,3,4] parameter(), index=0
   ROOT %f = (f32[2,4], f32[2,3,4]) fusion(%x), kind=input, calls={@fused.3}
+}
+)"},
+                // Mapped reads (passes/fusion.h): a transpose and a broadcast that expands a
+                // size-1 dim, loaded at other indices by the loop (backend/cpu/index_map.h).
+                {R"(module @example
+
+computation @fused.4 {
+  %a = f32[4,2,3] parameter(), index=0
+  %b = f32[3,1] parameter(), index=1
+  %c = f32[2,3,4] parameter(), index=2
+  %t = f32[2,3,4] transpose(%a), perm={1,2,0}
+  %bb = f32[2,3,4] broadcast(%b), dims={1,2}
+  %m = f32[2,3,4] mul(%t, %bb)
+  ROOT %e = f32[2,3,4] add(%m, %c)
+}
+
+ENTRY computation @main {
+  %x = f32[4,2,3] parameter(), index=0
+  %y = f32[3,1] parameter(), index=1
+  %z = f32[2,3,4] parameter(), index=2
+  ROOT %f = f32[2,3,4] fusion(%x, %y, %z), kind=loop, calls={@fused.4}
 }
 )"}};
   table.add(std::move(d));

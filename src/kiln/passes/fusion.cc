@@ -15,6 +15,27 @@ namespace {
 using ir::Instr;
 using ir::Opcode;
 
+// The bytes fusing the mapped read `o` into a group saves, or 0 with the reason it does not
+// join (see fusion.h).
+int64_t mapped_read_saving(const Instr* o, const std::unordered_set<const Instr*>& in_group, std::string* why) {
+  const int64_t out = o->shape().num_elements() * ir::dtype_size(o->shape().dtype());
+  const int64_t operand = o->operand(0)->shape().num_elements() * ir::dtype_size(o->operand(0)->shape().dtype());
+  const bool all_inside =
+      std::all_of(o->users().begin(), o->users().end(), [&](const Instr* u) { return in_group.count(u) > 0; });
+  if (o->opcode() == Opcode::kTranspose) {
+    if (!all_inside) {
+      *why = "a transpose used outside the group is written anyway; a strided read of its operand saves nothing";
+      return 0;
+    }
+    return 2 * out;  // the copy is neither written nor read back
+  }
+  // A broadcast: this group reads `operand` bytes instead of `out`; when it is the only reader
+  // the copy is not written either.
+  const int64_t saved = out - operand + (all_inside ? out : 0);
+  if (saved <= 0) *why = "the broadcast does not expand its operand";
+  return std::max<int64_t>(saved, 0);
+}
+
 bool is_elementwise(const Instr* i) {
   return !i->shape().is_tuple() && ops::op_def(i->opcode()).elementwise;
 }
@@ -62,6 +83,25 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
         g.members.push_back(o);
         continue;
       }
+      if (!single_op && is_mapped_read(*o) && !taken.count(o)) {
+        // Joins as a load at another index; its operand stays outside (not grown through).
+        std::string why;
+        if (o->shape().dims() != loop_dims) {
+          why = "other dims";
+        } else if (std::string(g.kind) == "input") {
+          why = "an input fusion reads its operands at the loop index only";
+        } else if (o->operand(0)->shape().rank() == 0 || o->operand(0)->shape().is_tuple()) {
+          why = "a scalar or tuple operand";
+        } else if (int64_t saved = mapped_read_saving(o, in_group, &why); saved > 0) {
+          KILN_VLOG(2) << "fusion: %" << o->id() << " into %" << root->id() << " as a mapped read, " << saved
+                       << " bytes saved";
+          in_group.insert(o);
+          g.members.push_back(o);
+          continue;
+        }
+        KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": " << why;
+        continue;
+      }
       if (single_op || !is_elementwise(o) || taken.count(o)) continue;
       if (o->shape().dims() != loop_dims) {
         KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": other dims";
@@ -71,6 +111,11 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
                                           [&](const Instr* u) { return in_group.count(u) > 0; });
       if (!all_users_inside) {
         KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": used outside the group";
+        continue;
+      }
+      if (std::any_of(o->users().begin(), o->users().end(), [](const Instr* u) { return is_mapped_read(*u); })) {
+        KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id()
+                     << ": a transpose or broadcast reads it (it would be needed at two indices)";
         continue;
       }
       in_group.insert(o);
@@ -94,10 +139,10 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
     std::vector<Instr*> operands;
     operands.reserve(m->operands().size());
     for (Instr* o : m->operands()) operands.push_back(members.count(o) ? inside.at(o) : inputs.param_for(o));
-    // Members other than the root (whose metadata the fusion takes below) and copied scalar
+    // Members other than the root (whose metadata the fusion takes below) and copied
     // broadcasts (which may stay) are removed by the caller: their attributes and metadata
     // move instead of being copied (a 16-layer step outlines tens of thousands).
-    const bool dies = m != g.root && !is_scalar_broadcast(m);
+    const bool dies = m != g.root && m->opcode() != Opcode::kBroadcast;
     Instr* copy = body->add(m->opcode(), m->shape(), std::move(operands), dies ? std::move(m->mutable_attrs()) : m->attrs());
     copy->mutable_meta() = dies ? std::move(m->mutable_meta()) : m->meta();
     inside[m] = copy;
@@ -114,6 +159,11 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
 
 }  // namespace
 
+bool is_mapped_read(const Instr& instr) {
+  if (instr.opcode() == Opcode::kTranspose) return true;
+  return instr.opcode() == Opcode::kBroadcast && instr.operand(0)->shape().rank() > 0;
+}
+
 Result<bool> FusionPass::run(ir::Module& module) {
   ir::Computation& comp = *module.entry();
   std::vector<Instr*> order = comp.post_order();
@@ -129,7 +179,7 @@ Result<bool> FusionPass::run(ir::Module& module) {
     Group g = grow(instr, taken, position, single_ops_);
     if (reduce_root && g.members.size() == 1) continue;  // nothing to fuse into it: a native reduction
     for (Instr* m : g.members) {
-      if (!is_scalar_broadcast(m)) taken.insert(m);
+      if (m->opcode() != Opcode::kBroadcast) taken.insert(m);  // broadcasts are copied into each group
     }
     groups.push_back(std::move(g));
   }

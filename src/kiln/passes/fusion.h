@@ -14,14 +14,30 @@
 // its group grows the same way over the reduction's input dims (RMSNorm's sum of squares,
 // softmax denominators, gradient norms never materialize their input).
 //
+// A loop fusion also takes transposes and broadcasts of any rank whose operand stays outside
+// (a mapped read: the kernel loads the operand at another index, see
+// backend/cpu/index_map.h), decided by the bytes it saves: a broadcast is copied into every
+// group that reads it (it reads a smaller array than it writes; one that a non-fused op also
+// reads stays for that op), a transpose joins only when every reader is in the group (then its
+// copy is never written or read again: 2x its bytes saved; otherwise the copy is written
+// anyway and a strided read saves nothing). An elementwise op whose value a mapped read
+// reads does not join (its value would be needed at two indices). Input fusions read their
+// operands at the loop index only: no mapped reads there.
+//
 // Multi-output fusion (a producer that others also read, merged into its consumer) is a pass
 // of its own, run after this one: passes/multi_output_fusion.h. Not yet: reduction
-// epilogues, fusing transposes and non-scalar broadcasts (index maps). See docs/backend.md.
+// epilogues, mapped reads of computed values (index maps through elementwise chains). See
+// docs/backend.md.
 #pragma once
 
+#include "kiln/ir/instr.h"
 #include "kiln/passes/pass.h"
 
 namespace kiln::passes {
+
+// Whether `instr`, inside a loop fusion's body, reads its operand at another index: a
+// transpose, or a broadcast of a non-scalar (a scalar broadcast is the scalar itself).
+bool is_mapped_read(const ir::Instr& instr);
 
 class FusionPass : public Pass {
  public:

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "kiln/base/logging.h"
+#include "kiln/passes/fusion.h"  // is_mapped_read
 #include "kiln/passes/fusion_inputs.h"
 
 namespace kiln::passes {
@@ -97,12 +98,34 @@ Slot slot_for(const Instr* producer, const Instr* consumer, const Graph& g) {
   return s;
 }
 
+// Mapped reads (transposes, broadcasts: fusion.h) load a parameter at another index, so the
+// merged body must keep their operands parameters, and input fusions have none.
+const char* mapped_read_conflict(const Instr* producer, const Instr* consumer) {
+  const ir::Computation& body = *consumer->called()[0];
+  for (int k = 0; k < consumer->num_operands(); ++k) {
+    if (consumer->operand(k) != producer) continue;
+    for (const Instr* u : body.param(k)->users()) {
+      if (is_mapped_read(*u)) return "the consumer reads it through a transpose or broadcast";
+    }
+  }
+  if (kind(consumer) == "input") {
+    for (const auto& i : producer->called()[0]->instructions()) {
+      if (is_mapped_read(*i)) return "an input fusion cannot take a transpose or broadcast";
+    }
+  }
+  return nullptr;
+}
+
 bool can_merge(const Instr* producer, const Instr* consumer, const Graph& g) {
   if (!is_fusion(producer) || producer == consumer || kind(producer) != "loop" || producer->shape().is_tuple()) {
     return false;
   }
   if (producer->shape().dims() != loop_dims(consumer)) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": other dims";
+    return false;
+  }
+  if (const char* why = mapped_read_conflict(producer, consumer)) {
+    KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": " << why;
     return false;
   }
   std::vector<Instr*> others = other_users(producer, consumer, g);

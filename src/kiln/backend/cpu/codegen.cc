@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/backend/cpu/index_map.h"
 #include "kiln/backend/cpu/reduce_plan.h"
 #include "kiln/base/check.h"
 #include "kiln/base/hash.h"
@@ -67,6 +68,7 @@ struct Body {
   std::vector<DType> result_types;
   const Instr* reduce = nullptr;     // an input fusion's reduction (its first output)
   std::string reduced;               // the value it reduces
+  std::vector<std::vector<int64_t>> maps;  // per mapped read `map<n>`: strides per loop dim
 };
 
 bool is_reduce(const Instr* i) {
@@ -107,8 +109,13 @@ Body elemental(const ir::Computation& body) {
       std::string ptr = fmt::format("static_cast<const {}*>(in[{}])", storage_type(d), index);
       if (i->shape().rank() == 0 && !loop_dims.empty()) {
         out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[0]"));
+      } else if (i->shape().dims() != loop_dims) {
+        // Read only through index maps (transposes, broadcasts): `map<n>` below.
+        for (const Instr* u : i->users()) {
+          KILN_CHECK(passes::is_mapped_read(*u)) << "loop fusion parameter " << i->to_string() << " read by " << u->to_string();
+        }
+        out.hoisted += fmt::format("  const {}* const in{} = {};\n", storage_type(d), index, ptr);
       } else {
-        KILN_CHECK(i->shape().dims() == loop_dims) << "loop fusion parameter " << i->to_string();
         // The pointer outside the loop: read as in[k][idx] inside it, GCC vectorizes f32 loads
         // but leaves bf16 (uint16_t) loops scalar.
         out.hoisted += fmt::format("  const {}* const in{} = {};\n", storage_type(d), index, ptr);
@@ -117,6 +124,15 @@ Body elemental(const ir::Computation& body) {
     } else if (i->opcode() == Opcode::kConstant) {
       KILN_CHECK_EQ(i->shape().num_elements(), 1) << "non-scalar constant in a loop fusion";
       out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, literal(d, i->literal().at(0)));
+    } else if (passes::is_mapped_read(*i)) {
+      // A transpose or broadcast of a parameter: a load at another index, which the loop
+      // plan computes as `map<n>`.
+      const Instr* p = i->operand(0);
+      KILN_CHECK(p->opcode() == Opcode::kParameter && i->shape().dims() == loop_dims)
+          << "a fused transpose or broadcast reads a parameter over the loop dims: " << i->to_string();
+      out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v,
+                              load(d, fmt::format("in{}[map{}]", p->attrs().get_int("index"), out.maps.size())));
+      out.maps.push_back(mapped_read_strides(*i));
     } else if (i->opcode() == Opcode::kBroadcast) {
       KILN_CHECK_EQ(i->operand(0)->shape().rank(), 0) << "only scalar broadcasts fuse: " << i->to_string();
       var[i] = var.at(i->operand(0));
@@ -245,6 +261,10 @@ static inline T kiln_saturate(F x) {
 std::string loop_kernel_source(const ir::Computation& body, const std::string& name) {
   Body b = elemental(body);
   KILN_CHECK(b.reduce == nullptr) << "loop fusion with a reduction: " << body.root()->to_string();
+  if (!b.maps.empty()) {
+    return row_loop_kernel(name, b.hoisted, output_pointers(b, b.results.size() > 1), b.loop, array_stores(b, 4),
+                           outputs_of(body).front()->shape().dims(), b.maps);
+  }
   return fmt::format(
       "extern \"C\" void {}(const void* const* in, void* out, int64_t count) {{\n"
       "{}"
@@ -262,6 +282,7 @@ std::string input_kernel_source(const ir::Computation& body, const std::string& 
   Body b = elemental(body);
   const Instr* root = b.reduce;
   KILN_CHECK(root != nullptr) << "input fusion without a reduction: " << body.root()->to_string();
+  KILN_CHECK(b.maps.empty()) << "an input fusion reads its operands at the loop index only: " << body.root()->to_string();
   const bool multi = !b.results.empty();
   const auto& in_dims = root->operand(0)->shape().dims();
   std::vector<int64_t> reduced = root->attrs().get_ints("dims");

@@ -1,0 +1,111 @@
+#include "kiln/backend/cpu/index_map.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "kiln/base/check.h"
+
+namespace kiln::backend::cpu {
+
+using ir::Instr;
+using ir::Opcode;
+
+std::vector<int64_t> mapped_read_strides(const Instr& read) {
+  const auto& from = read.operand(0)->shape().dims();
+  // The operand's own row-major strides.
+  std::vector<int64_t> own(from.size(), 1);
+  for (int d = static_cast<int>(from.size()) - 2; d >= 0; --d) own[d] = own[d + 1] * from[d + 1];
+  std::vector<int64_t> strides(read.shape().rank(), 0);
+  if (read.opcode() == Opcode::kTranspose) {
+    // Result dim d is operand dim perm[d].
+    const auto& perm = read.attrs().get_ints("perm");
+    for (size_t d = 0; d < perm.size(); ++d) strides[d] = own[perm[d]];
+  } else {
+    KILN_CHECK(read.opcode() == Opcode::kBroadcast) << "not a mapped read: " << read.to_string();
+    // Operand dim k is result dim dims[k]; a size-1 operand dim is expanded (stride 0).
+    const auto& dims = read.attrs().get_ints("dims");
+    for (size_t k = 0; k < dims.size(); ++k) strides[dims[k]] = from[k] == 1 ? 0 : own[k];
+  }
+  return strides;
+}
+
+std::string row_loop_kernel(const std::string& name, const std::string& hoisted, const std::string& pointers,
+                            const std::string& loop, const std::string& stores,
+                            const std::vector<int64_t>& loop_dims, const std::vector<std::vector<int64_t>>& maps) {
+  // Size-1 dims index nothing: dropped, with their strides.
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> strides(maps.size());
+  for (size_t d = 0; d < loop_dims.size(); ++d) {
+    if (loop_dims[d] == 1) continue;
+    dims.push_back(loop_dims[d]);
+    for (size_t n = 0; n < maps.size(); ++n) strides[n].push_back(maps[n].at(d));
+  }
+  const int rank = static_cast<int>(dims.size());
+  // The inner axis: trailing dims that every map walks as one (the output always does).
+  int split = rank == 0 ? 0 : rank - 1;
+  while (split > 0) {
+    bool joins = true;
+    for (const auto& s : strides) joins = joins && s[split - 1] == s[split] * dims[split];
+    if (!joins) break;
+    --split;
+  }
+  int64_t rows = 1, inner = 1;
+  for (int d = 0; d < split; ++d) rows *= dims[d];
+  for (int d = split; d < rank; ++d) inner *= dims[d];
+  // Per row: its index along each row dim, then each map's offset at j = 0.
+  std::string row_index;
+  if (split > 0) {
+    row_index += "    int64_t rest = row;\n";
+    for (int d = split - 1; d >= 0; --d) {
+      row_index += d > 0 ? fmt::format("    const int64_t i{0} = rest % {1};\n    rest /= {1};\n", d, dims[d])
+                         : fmt::format("    const int64_t i{} = rest;\n", d);
+    }
+    row_index += "    (void)rest;\n";
+  }
+  std::string bases, offsets;
+  for (size_t n = 0; n < maps.size(); ++n) {
+    std::string base = "0";
+    for (int d = 0; d < split; ++d) {
+      if (strides[n][d] != 0) base += fmt::format(" + i{} * {}", d, strides[n][d]);
+    }
+    bases += fmt::format("    const int64_t base{} = {};\n", n, base);
+    const int64_t step = rank == 0 ? 0 : strides[n][rank - 1];
+    offsets += fmt::format("      const int64_t map{0} = base{0} + j * {1};\n", n, step);
+  }
+  // The statements, indented two more spaces for the nest.
+  auto indent = [](const std::string& text) {
+    std::string out;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      out += "  " + text.substr(pos, nl - pos + 1);
+      pos = nl + 1;
+    }
+    return out;
+  };
+  return fmt::format(
+      "extern \"C\" void {name}(const void* const* in, void* out, int64_t count) {{\n"
+      "{hoisted}"
+      "{pointers}"
+      "  // Loop plan: {rows} rows x {inner} inner (loop dims [{dims}], size-1 dims dropped).\n"
+      "  constexpr int64_t rows = {rows}, inner = {inner};\n"
+      "#pragma omp parallel for schedule(static) if (count > 16384)\n"
+      "  for (int64_t row = 0; row < rows; ++row) {{\n"
+      "{row_index}"
+      "{bases}"
+      "#pragma omp simd\n"
+      "    for (int64_t j = 0; j < inner; ++j) {{\n"
+      "      const int64_t idx = row * inner + j;\n"
+      "{offsets}"
+      "{loop}"
+      "{stores}"
+      "    }}\n"
+      "  }}\n"
+      "}}\n",
+      fmt::arg("name", name), fmt::arg("hoisted", hoisted), fmt::arg("pointers", pointers), fmt::arg("rows", rows),
+      fmt::arg("inner", inner), fmt::arg("dims", fmt::join(loop_dims, ",")), fmt::arg("row_index", row_index),
+      fmt::arg("bases", bases), fmt::arg("offsets", offsets), fmt::arg("loop", indent(loop)),
+      fmt::arg("stores", indent(stores)));
+}
+
+}  // namespace kiln::backend::cpu

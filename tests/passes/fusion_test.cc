@@ -1,0 +1,138 @@
+// fusion: IR text in, IR text out (pass_testing.h checks the printed result, verification,
+// the text round trip, equal interpreter outputs and the fixed point). These cases pin down
+// mapped reads: transposes and broadcasts of any rank inside loop fusions.
+#include "kiln/passes/fusion.h"
+
+#include "tests/passes/pass_testing.h"
+
+namespace kiln::passes {
+namespace {
+
+using testing::check_pass;
+
+// A transpose read only by the group and a bias-like broadcast join the loop fusion as loads
+// at other indices: neither [2,3] copy is written.
+TEST(Fusion, FusesTransposesAndBroadcastsAsMappedReads) {
+  FusionPass pass;
+  check_pass(pass, R"(module @mapped
+
+ENTRY computation @main {
+  %x = f32[3,2] parameter(), index=0
+  %b = f32[2] parameter(), index=1
+  %c = f32[2,3] parameter(), index=2
+  %t = f32[2,3] transpose(%x), perm={1,0}
+  %bb = f32[2,3] broadcast(%b), dims={0}
+  %m = f32[2,3] mul(%t, %bb)
+  ROOT %e = f32[2,3] add(%m, %c)
+}
+)", R"(module @mapped
+
+computation @fused.0 {
+  %parameter.1 = f32[3,2] parameter(), index=0
+  %transpose.2 = f32[2,3] transpose(%parameter.1), perm={1,0}
+  %parameter.3 = f32[2] parameter(), index=1
+  %broadcast.4 = f32[2,3] broadcast(%parameter.3), dims={0}
+  %mul.5 = f32[2,3] mul(%transpose.2, %broadcast.4)
+  %parameter.6 = f32[2,3] parameter(), index=2
+  ROOT %add.7 = f32[2,3] add(%mul.5, %parameter.6)
+}
+
+ENTRY computation @main {
+  %x = f32[3,2] parameter(), index=0
+  %b = f32[2] parameter(), index=1
+  %c = f32[2,3] parameter(), index=2
+  ROOT %fusion.8 = f32[2,3] fusion(%x, %b, %c), kind=loop, calls={@fused.0}
+}
+)", true);
+}
+
+// The transpose is also a matmul operand, so its copy is written anyway: it stays outside
+// (a strided read would save nothing). The broadcast is copied into the group and stays for
+// the matmul.
+TEST(Fusion, LeavesATransposeThatOthersReadOutside) {
+  FusionPass pass;
+  check_pass(pass, R"(module @shared
+
+ENTRY computation @main {
+  %x = f32[3,2] parameter(), index=0
+  %b = f32[3] parameter(), index=1
+  %t = f32[2,3] transpose(%x), perm={1,0}
+  %bb = f32[2,3] broadcast(%b), dims={1}
+  %m = f32[2,3] mul(%t, %bb)
+  %d = f32[2,2] dot_general(%t, %bb), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={1}
+  ROOT %r = (f32[2,3], f32[2,2]) tuple(%m, %d)
+}
+)", R"(module @shared
+
+computation @fused.0 {
+  %parameter.1 = f32[3] parameter(), index=0
+  %broadcast.2 = f32[2,3] broadcast(%parameter.1), dims={1}
+  %parameter.3 = f32[2,3] parameter(), index=1
+  ROOT %mul.4 = f32[2,3] mul(%parameter.3, %broadcast.2)
+}
+
+ENTRY computation @main {
+  %x = f32[3,2] parameter(), index=0
+  %b = f32[3] parameter(), index=1
+  %t = f32[2,3] transpose(%x), perm={1,0}
+  %bb = f32[2,3] broadcast(%b), dims={1}
+  %d = f32[2,2] dot_general(%t, %bb), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={1}
+  %fusion.5 = f32[2,3] fusion(%b, %t), kind=loop, calls={@fused.0}
+  ROOT %r = (f32[2,3], f32[2,2]) tuple(%fusion.5, %d)
+}
+)", true);
+}
+
+// An input fusion reads its operands at the loop index only: the transpose is not fused into
+// the reduction's group; an elementwise value that a transpose reads is not fused into the
+// transpose's group (it would be needed at two indices).
+TEST(Fusion, KeepsMappedReadsOutOfReductionsAndOffComputedValues) {
+  FusionPass pass;
+  check_pass(pass, R"(module @refused
+
+ENTRY computation @main {
+  %x = f32[3,2] parameter(), index=0
+  %y = f32[2,3] parameter(), index=1
+  %t = f32[2,3] transpose(%x), perm={1,0}
+  %m = f32[2,3] mul(%t, %y)
+  %s = f32[2] reduce_sum(%m), dims={1}
+  %e = f32[2,3] exp(%y)
+  %et = f32[3,2] transpose(%e), perm={1,0}
+  %a = f32[3,2] add(%et, %x)
+  ROOT %r = (f32[2], f32[3,2]) tuple(%s, %a)
+}
+)", R"(module @refused
+
+computation @fused.0 {
+  %parameter.1 = f32[2,3] parameter(), index=0
+  %transpose.2 = f32[3,2] transpose(%parameter.1), perm={1,0}
+  %parameter.3 = f32[3,2] parameter(), index=1
+  ROOT %add.4 = f32[3,2] add(%transpose.2, %parameter.3)
+}
+
+computation @fused.6 {
+  %parameter.7 = f32[2,3] parameter(), index=0
+  ROOT %exp.8 = f32[2,3] exp(%parameter.7)
+}
+
+computation @fused.10 {
+  %parameter.11 = f32[2,3] parameter(), index=0
+  %parameter.12 = f32[2,3] parameter(), index=1
+  %mul.13 = f32[2,3] mul(%parameter.11, %parameter.12)
+  ROOT %reduce_sum.14 = f32[2] reduce_sum(%mul.13), dims={1}
+}
+
+ENTRY computation @main {
+  %x = f32[3,2] parameter(), index=0
+  %y = f32[2,3] parameter(), index=1
+  %t = f32[2,3] transpose(%x), perm={1,0}
+  %fusion.15 = f32[2] fusion(%t, %y), kind=input, calls={@fused.10}
+  %fusion.9 = f32[2,3] fusion(%y), kind=loop, calls={@fused.6}
+  %fusion.5 = f32[3,2] fusion(%fusion.9, %x), kind=loop, calls={@fused.0}
+  ROOT %r = (f32[2], f32[3,2]) tuple(%fusion.15, %fusion.5)
+}
+)", true);
+}
+
+}  // namespace
+}  // namespace kiln::passes
