@@ -179,6 +179,29 @@ TEST(Bf16Matmul, GroupedMatmulsEqualInterpreterAcrossTiles) {
   }
 }
 
+// Expert-parallel (batched) form: P = 4 entries of M = 300 rows over E = 4 experts in blocks
+// of Gl = 2, so entries 0 and 2 share experts 0-1 and 1 and 3 share 2-3 (the weight gradient
+// adds the second entry of each block onto the first); groups over a 256-row tile, empty
+// groups, padding rows, and sizes past M.
+std::string batched_gmm_module(bool transpose, const std::string& out) {
+  const std::string w = transpose ? "bf16[4,72,40]" : "bf16[4,40,72]";
+  return "module @t\n\nENTRY computation @main {\n"
+         "  %x = bf16[4,300,40] parameter(), index=0\n"
+         "  %w = " + w + " parameter(), index=1\n"
+         "  %dy = bf16[4,300,72] parameter(), index=2\n"
+         "  %s = s32[4,2] constant({270, 20, 0, 299, 5, 0, 200, 400})\n"
+         "  %y = " + out + "[4,300,72] grouped_matmul(%x, %w, %s), transpose_rhs=" + (transpose ? "1" : "0") + "\n"
+         "  %gw = " + out + "[4,40,72] grouped_matmul_weight_grad(%x, %dy, %s), num_groups=4\n"
+         "  ROOT %r = (" + out + "[4,300,72], " + out + "[4,40,72]) tuple(%y, %gw)\n}\n";
+}
+
+TEST(Bf16Matmul, BatchedGroupedMatmulsEqualInterpreter) {
+  for (const char* out : {"bf16", "f32"}) {
+    expect_matches_interpreter(batched_gmm_module(false, out), 21);
+    expect_matches_interpreter(batched_gmm_module(true, out), 22);
+  }
+}
+
 TEST(Bf16Matmul, Bf16ReductionsAndScatterAddRunNatively) {
   // The bf16 gradients of biases (reduce_sum) and of gathers (scatter_add) run natively
   // instead of on the reference fallback (reductions on the f32 kernels through widening,

@@ -214,10 +214,111 @@ Kernel tgmm_kernel(const Instr& instr) {
 
 bool f32_or_bf16(ir::DType d) { return d == ir::DType::kF32 || d == ir::DType::kBF16; }
 
+// Tiles of the batched form: entry p's group g is Tile::g = p * Gl + g, its rows [r0, r1)
+// counted within the entry, output columns cut into kTileCols.
+std::vector<Tile> batched_gmm_tiles(const int32_t* S, int64_t P, int64_t Gl, int64_t M, int64_t N) {
+  std::vector<Tile> tiles;
+  for (int64_t p = 0; p < P; ++p) {
+    int64_t at = 0;
+    for (int64_t g = 0; g < Gl; ++g) {
+      const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
+      for (int64_t r = at; r < end; r += kTileRows) {
+        for (int64_t c = 0; c < N; c += kTileCols) {
+          tiles.push_back({p * Gl + g, r, std::min(r + kTileRows, end), c, std::min(c + kTileCols, N), 0, 0});
+        }
+      }
+      at = end;
+    }
+  }
+  return tiles;
+}
+
+// Batched bf16 x [P, M, K] @ w [E, K, N] (or [E, N, K]) -> [P, M, N] f32 or bf16, every tile
+// on the bf16 matmul (no widened copies of the operands).
+Kernel batched_bf16_gmm_kernel(const Instr& instr) {
+  const ir::Shape& xs = instr.operand(0)->shape();
+  const int64_t P = xs.dim(0), M = xs.dim(1), K = xs.dim(2), N = instr.shape().dim(2);
+  const int64_t Gl = instr.operand(2)->shape().dim(1), B = instr.operand(1)->shape().dim(0) / Gl;
+  const bool t = instr.attrs().get_int_or("transpose_rhs", 0) != 0;
+  const bool f32_out = instr.shape().dtype() == ir::DType::kF32;
+  const size_t out_elem = f32_out ? 4 : 2;
+  return [=](std::span<const Value* const> in, Value& out) {
+    const uint16_t* X = (*in[0])[0].as<uint16_t>();
+    const uint16_t* W = (*in[1])[0].as<uint16_t>();
+    char* Y = static_cast<char*>(out[0].data());
+    std::memset(Y, 0, out_elem * P * M * N);  // padding rows stay zero
+    if (K == 0) return;
+    run_tiles(batched_gmm_tiles((*in[2])[0].as<int32_t>(), P, Gl, M, N), [&](const Tile& tile) {
+      const int64_t p = tile.g / Gl, expert = (p % B) * Gl + tile.g % Gl;
+      Bf16MatmulDesc d;
+      d.m = tile.r1 - tile.r0, d.n = tile.c1 - tile.c0, d.k = K;
+      d.trans_b = t, d.lda = K, d.ldb = t ? K : N, d.ldc = N, d.f32_out = f32_out;
+      const uint16_t* Wg = W + expert * K * N + (t ? tile.c0 * K : tile.c0);
+      bf16_matmul(d, X + (p * M + tile.r0) * K, Wg, Y + ((p * M + tile.r0) * N + tile.c0) * out_elem);
+    });
+  };
+}
+
+// Batched bf16 weight gradient -> [E, K, N] f32 or bf16. The first entry of each expert block
+// writes its tiles' f32 sums straight into an f32 accumulator (the output itself when it is
+// f32); later entries of the same block (P > E / Gl) add theirs from a per-tile f32 scratch;
+// a bf16 result is rounded once at the end.
+Kernel batched_bf16_tgmm_kernel(const Instr& instr) {
+  const ir::Shape& xs = instr.operand(0)->shape();
+  const int64_t P = xs.dim(0), M = xs.dim(1), K = xs.dim(2), N = instr.operand(1)->shape().dim(2);
+  const int64_t Gl = instr.operand(2)->shape().dim(1), B = instr.shape().dim(0) / Gl;
+  return [=](std::span<const Value* const> in, Value& out) {
+    const uint16_t* X = (*in[0])[0].as<uint16_t>();
+    const uint16_t* D = (*in[1])[0].as<uint16_t>();
+    const int32_t* S = (*in[2])[0].as<int32_t>();
+    const bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
+    Buffer o_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
+    float* O = o_wide.as<float>();
+    std::memset(O, 0, sizeof(float) * B * Gl * K * N);  // empty groups' gradients are zero
+    for (int64_t p = 0; p < P; ++p) {
+      std::vector<Tile> tiles;
+      int64_t at = 0;
+      for (int64_t g = 0; g < Gl; ++g) {
+        const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
+        for (int64_t k = 0; end > at && k < K; k += kTileRows) {
+          for (int64_t c = 0; c < N; c += kTileCols) {
+            tiles.push_back({(p % B) * Gl + g, at, end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
+          }
+        }
+        at = end;
+      }
+      const bool first = p < B;  // the first entry of its block: nothing to add to yet
+      run_tiles(tiles, [&](const Tile& tile) {
+        Bf16MatmulDesc d;
+        d.m = tile.k1 - tile.k0, d.n = tile.c1 - tile.c0, d.k = tile.r1 - tile.r0;
+        d.trans_a = true, d.lda = K, d.ldb = N, d.f32_out = true;
+        const uint16_t* a = X + (p * M + tile.r0) * K + tile.k0;
+        const uint16_t* b = D + (p * M + tile.r0) * N + tile.c0;
+        float* o = O + tile.g * K * N + tile.k0 * N + tile.c0;
+        if (first) {
+          d.ldc = N;
+          bf16_matmul(d, a, b, o);
+          return;
+        }
+        std::vector<float> part(d.m * d.n);
+        d.ldc = d.n;
+        bf16_matmul(d, a, b, part.data());
+        for (int64_t i = 0; i < d.m; ++i) {
+          for (int64_t j = 0; j < d.n; ++j) o[i * N + j] += part[i * d.n + j];
+        }
+      });
+    }
+    if (narrow_out) narrow_to_bf16(o_wide, out[0]);
+  };
+}
+
 // Batched form (expert parallelism, ops/grouped_matmul_ops.cc): x [P, M, K], sizes s32
-// [P, Gl]; entry p's groups use the Gl experts of block p mod (E / Gl). f32 tiles (bf16
-// operands widened, the result narrowed), all entries' tiles in one parallel loop.
+// [P, Gl]; entry p's groups use the Gl experts of block p mod (E / Gl). bf16 operands run on
+// the bf16 kernels above; f32 tiles on sgemm, all entries' tiles in one parallel loop.
 Kernel batched_gmm_kernel(const Instr& instr) {
+  if (instr.operand(0)->shape().dtype() == ir::DType::kBF16 && instr.operand(1)->shape().dtype() == ir::DType::kBF16) {
+    return batched_bf16_gmm_kernel(instr);
+  }
   const ir::Shape& xs = instr.operand(0)->shape();
   const int64_t P = xs.dim(0), M = xs.dim(1), K = xs.dim(2), N = instr.shape().dim(2);
   const int64_t Gl = instr.operand(2)->shape().dim(1), B = instr.operand(1)->shape().dim(0) / Gl;
@@ -231,19 +332,7 @@ Kernel batched_gmm_kernel(const Instr& instr) {
     Buffer y_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
     float* Y = y_wide.as<float>();
     std::memset(Y, 0, sizeof(float) * P * M * N);  // padding rows stay zero
-    std::vector<Tile> tiles;  // Tile::g = p * Gl + group
-    for (int64_t p = 0; p < P && K > 0; ++p) {
-      int64_t at = 0;
-      for (int64_t g = 0; g < Gl; ++g) {
-        const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
-        for (int64_t r = at; r < end; r += kTileRows) {
-          for (int64_t c = 0; c < N; c += kTileCols) {
-            tiles.push_back({p * Gl + g, r, std::min(r + kTileRows, end), c, std::min(c + kTileCols, N), 0, 0});
-          }
-        }
-        at = end;
-      }
-    }
+    std::vector<Tile> tiles = K > 0 ? batched_gmm_tiles(S, P, Gl, M, N) : std::vector<Tile>{};
     run_tiles(tiles, [&](const Tile& tile) {
       const int64_t p = tile.g / Gl, expert = (p % B) * Gl + tile.g % Gl;
       const float* Wg = W + expert * K * N + (t ? tile.c0 * K : tile.c0);
@@ -257,6 +346,9 @@ Kernel batched_gmm_kernel(const Instr& instr) {
 // Batched weight gradient: out [E, K, N], entry p's x_g^T dy_g added into expert
 // (p mod B) * Gl + g. Entries sharing a block run one after the other (beta = 1).
 Kernel batched_tgmm_kernel(const Instr& instr) {
+  if (instr.operand(0)->shape().dtype() == ir::DType::kBF16 && instr.operand(1)->shape().dtype() == ir::DType::kBF16) {
+    return batched_bf16_tgmm_kernel(instr);
+  }
   const ir::Shape& xs = instr.operand(0)->shape();
   const int64_t P = xs.dim(0), M = xs.dim(1), K = xs.dim(2), N = instr.operand(1)->shape().dim(2);
   const int64_t Gl = instr.operand(2)->shape().dim(1), B = instr.shape().dim(0) / Gl;
