@@ -97,17 +97,22 @@ void Computation::remove(const std::vector<Instr*>& dead) {
 
 void Computation::topo_sort() {
   // Most calls find the order already topological (every fusion body after a pass, the
-  // entry after a pass that only removed instructions): check that first, in one sweep.
-  std::unordered_set<const Instr*> placed;
-  placed.reserve(instrs_.size());
+  // entry after a pass that only removed instructions): check that first, against positions
+  // in one sorted array (a hash set allocated a node per instruction, for each of the
+  // thousands of bodies the pipeline checks after every pass).
+  std::vector<std::pair<const Instr*, size_t>> at;
+  at.reserve(instrs_.size());
+  for (size_t k = 0; k < instrs_.size(); ++k) at.push_back({instrs_[k].get(), k});
+  std::sort(at.begin(), at.end());
   bool sorted = true;
-  for (const auto& i : instrs_) {
-    for (const Instr* operand : i->operands()) sorted = sorted && placed.count(operand) > 0;
-    if (!sorted) break;
-    placed.insert(i.get());
+  for (size_t k = 0; k < instrs_.size() && sorted; ++k) {
+    for (const Instr* operand : instrs_[k]->operands()) {
+      auto it = std::lower_bound(at.begin(), at.end(), std::make_pair(operand, size_t{0}));
+      sorted = sorted && it != at.end() && it->first == operand && it->second < k;
+    }
   }
   if (sorted) return;
-  placed.clear();
+  std::unordered_set<const Instr*> placed;
   std::vector<std::unique_ptr<Instr>> old = std::move(instrs_);
   std::unordered_map<Instr*, size_t> index;
   index.reserve(old.size());

@@ -9,17 +9,17 @@ namespace kiln::passes {
 int64_t remove_dead_instructions(ir::Computation& computation) {
   // Program order is topological, so one backward sweep decides liveness: an instruction is
   // live when it is the root, a parameter, or used by a live instruction (all of which come
-  // after it).
+  // after it, so were decided already: a user is live unless it was found dead). The dead are
+  // few, so only they are kept in a set.
   const auto& instrs = computation.instructions();
-  std::unordered_set<const ir::Instr*> live;
+  std::unordered_set<const ir::Instr*> dead_set;
   std::vector<ir::Instr*> dead;
   for (auto it = instrs.rbegin(); it != instrs.rend(); ++it) {
     ir::Instr* instr = it->get();
     bool is_live = instr == computation.root() || instr->opcode() == ir::Opcode::kParameter;
-    for (const ir::Instr* user : instr->users()) is_live = is_live || live.count(user) > 0;
-    if (is_live) {
-      live.insert(instr);
-    } else {
+    for (const ir::Instr* user : instr->users()) is_live = is_live || dead_set.count(user) == 0;
+    if (!is_live) {
+      dead_set.insert(instr);
       dead.push_back(instr);
     }
   }
@@ -79,8 +79,8 @@ Result<bool> DcePass::run(ir::Module& module) {
   }
   for (ir::Computation* comp : unreachable) {
     KILN_VLOG(2) << "dce: removing computation @" << comp->name() << " (no instruction calls it)";
-    module.remove_computation(comp);
   }
+  if (!unreachable.empty()) module.remove_computations(unreachable);  // one scan of the module
   if (removed > 0) {
     KILN_VLOG(2) << "dce: removed " << removed << " instructions";
   }
