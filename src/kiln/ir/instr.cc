@@ -112,36 +112,40 @@ void Computation::topo_sort() {
     }
   }
   if (sorted) return;
-  std::unordered_set<const Instr*> placed;
+  // Position of an instruction in the old order, through the same sorted array.
+  auto position = [&](const Instr* instr) {
+    auto it = std::lower_bound(at.begin(), at.end(), std::make_pair(instr, size_t{0}));
+    KILN_CHECK(it != at.end() && it->first == instr) << "%" << instr->id() << " is not in @" << name_;
+    return it->second;
+  };
   std::vector<std::unique_ptr<Instr>> old = std::move(instrs_);
-  std::unordered_map<Instr*, size_t> index;
-  index.reserve(old.size());
-  for (size_t k = 0; k < old.size(); ++k) index[old[k].get()] = k;
   instrs_.clear();
   instrs_.reserve(old.size());
+  enum : char { kUnvisited, kOnStack, kPlaced };
+  std::vector<char> state(old.size(), kUnvisited);
   // Iterative DFS so that deep graphs (thousands of layers of ops) do not overflow the stack.
-  // The stack and the on-stack set are empty again after each start: allocated once.
-  std::vector<std::pair<Instr*, size_t>> stack;
-  std::unordered_set<Instr*> on_stack;
+  // The stack is empty again after each start: allocated once. Entries: (old position, next
+  // operand to visit).
+  std::vector<std::pair<size_t, size_t>> stack;
   for (size_t k = 0; k < old.size(); ++k) {
-    Instr* start = old[k].get();
-    if (start == nullptr || placed.count(start)) continue;
-    stack.push_back({start, 0});
-    on_stack.insert(start);
+    if (state[k] != kUnvisited) continue;
+    stack.push_back({k, 0});
+    state[k] = kOnStack;
     while (!stack.empty()) {
-      auto& [instr, next] = stack.back();
+      auto& [at_k, next] = stack.back();
+      const Instr* instr = old[at_k].get();
       if (next < instr->operands().size()) {
-        Instr* operand = instr->operands()[next++];
-        if (!placed.count(operand)) {
-          KILN_CHECK(!on_stack.count(operand)) << "cycle through %" << operand->id();
-          stack.push_back({operand, 0});
-          on_stack.insert(operand);
+        const Instr* operand = instr->operands()[next++];
+        const size_t o = position(operand);
+        if (state[o] != kPlaced) {
+          KILN_CHECK(state[o] != kOnStack) << "cycle through %" << operand->id();
+          stack.push_back({o, 0});
+          state[o] = kOnStack;
         }
         continue;
       }
-      placed.insert(instr);
-      on_stack.erase(instr);
-      instrs_.push_back(std::move(old[index.at(instr)]));
+      state[at_k] = kPlaced;
+      instrs_.push_back(std::move(old[at_k]));
       stack.pop_back();
     }
   }
