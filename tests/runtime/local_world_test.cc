@@ -3,6 +3,7 @@
 // return errors instead of hanging (timeouts, a failed device, mismatched calls).
 #include <omp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -107,6 +108,45 @@ TEST(LocalWorld, DeviceThatNeverArrivesTimesOutWithItsName) {
   EXPECT_LT(seconds, 10);
   EXPECT_GE(world.device(0).wait_seconds(), 0.29);  // the time blocked counts as exposed
   EXPECT_EQ(world.device(1).wait_seconds(), 0);
+}
+
+// A device that started a collective and then computes lets its peers finish through
+// progress() alone: device 1's wait returns while device 0 has not waited yet (it would
+// time out without device 0's progress, which reads device 1's part).
+TEST(LocalWorld, ProgressLetsPeersFinishWhileThisDeviceComputes) {
+  for (bool progress : {true, false}) {
+    LocalWorld world(2, {.timeout_s = 0.5});
+    std::atomic<bool> peer_done{false};
+    Status peer_status;
+    Status s = run_on_devices(2, [&](int64_t d) -> Status {
+      float in = static_cast<float>(d + 1), out[2] = {0, 0};
+      auto pending = world.device(d).all_gather({0, 1}, &in, sizeof in, out);
+      if (d == 1) {
+        peer_status = pending->wait();
+        peer_done = true;
+        return ok_status();
+      }
+      // "Compute" until the peer is done or 2 s passed, calling progress() between kernels.
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!peer_done && std::chrono::steady_clock::now() < until) {
+        if (progress) world.device(0).progress();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      Status mine = pending->wait();
+      if (progress) {
+        KILN_RETURN_IF_ERROR(mine);
+        if (out[0] != 1 || out[1] != 2) return internal_error("gathered {} {}", out[0], out[1]);
+      }
+      return ok_status();
+    });
+    if (progress) {
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      EXPECT_TRUE(peer_status.ok()) << peer_status.to_string();
+      EXPECT_LT(world.device(1).wait_seconds(), 0.5);
+    } else {
+      EXPECT_FALSE(peer_status.ok()) << "without progress the peer should wait for device 0's wait";
+    }
+  }
 }
 
 TEST(LocalWorld, AFailedDeviceStopsTheOthersAtOnce) {
