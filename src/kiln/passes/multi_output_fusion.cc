@@ -42,21 +42,28 @@ const std::vector<int64_t>& loop_dims(const Instr* fusion) {
 struct Graph {
   std::unordered_set<const Instr*> dead;
   std::unordered_map<const Instr*, double> pos;
+  // reaches()'s visited marks: the walk number that last saw each value (kept between
+  // walks, so that thousands of walks do not allocate a set each).
+  std::unordered_map<const Instr*, int> seen;
+  int walk = 0;
 };
 
 // Whether any of `from` leads to `target` through users. Exact: a value placed after the
 // target in the topological order cannot lead to it, so the walk stops there, and the
 // decision never depends on how far the program goes on (the same layer merges alike at
 // every depth).
-bool reaches(const std::vector<Instr*>& from, const Instr* target, const Graph& g) {
+bool reaches(const std::vector<Instr*>& from, const Instr* target, Graph& g) {
   const double limit = g.pos.at(target);
   std::vector<const Instr*> stack(from.begin(), from.end());
-  std::unordered_set<const Instr*> seen;
+  const int walk = ++g.walk;
   while (!stack.empty()) {
     const Instr* x = stack.back();
     stack.pop_back();
     if (x == target) return true;
-    if (g.dead.count(x) || g.pos.at(x) > limit || !seen.insert(x).second) continue;
+    if (g.dead.count(x) || g.pos.at(x) > limit) continue;
+    int& seen = g.seen[x];
+    if (seen == walk) continue;
+    seen = walk;
     for (const Instr* u : x->users()) stack.push_back(u);
   }
   return false;
@@ -71,11 +78,13 @@ std::vector<Instr*> other_users(const Instr* producer, const Instr* consumer, co
 }
 
 int merged_operand_count(const Instr* producer, const Instr* consumer) {
-  std::unordered_set<const Instr*> operands(producer->operands().begin(), producer->operands().end());
+  // A few dozen at most: a sorted vector, not a hash set.
+  std::vector<const Instr*> operands(producer->operands().begin(), producer->operands().end());
   for (const Instr* o : consumer->operands()) {
-    if (o != producer) operands.insert(o);
+    if (o != producer) operands.push_back(o);
   }
-  return static_cast<int>(operands.size());
+  std::sort(operands.begin(), operands.end());
+  return static_cast<int>(std::unique(operands.begin(), operands.end()) - operands.begin());
 }
 
 // Where the merged fusion would sit: after its last operand, before its first reader.
@@ -116,7 +125,7 @@ const char* mapped_read_conflict(const Instr* producer, const Instr* consumer) {
   return nullptr;
 }
 
-bool can_merge(const Instr* producer, const Instr* consumer, const Graph& g) {
+bool can_merge(const Instr* producer, const Instr* consumer, Graph& g) {
   if (!is_fusion(producer) || producer == consumer || kind(producer) != "loop" || producer->shape().is_tuple()) {
     return false;
   }
