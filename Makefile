@@ -51,6 +51,7 @@ bench: build
 	/usr/bin/python3 bench/step_bf16_vs_f32.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/sharded_vs_single.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/gemm_row_vs_bench.py --kiln $(BUILD_DIR)/kiln --bench $(BUILD_DIR)/bench/gemm_shapes_bench
+	/usr/bin/python3 bench/compile_growth.py --kiln $(BUILD_DIR)/kiln
 
 # bf16 mixed precision tracks float32: both loss curves of a 200-step gpt-oss-tiny run and a
 # 100-step gpt-oss-small run on the fortunes corpus and their largest deviation; fails past the stated tolerance.
