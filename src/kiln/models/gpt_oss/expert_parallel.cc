@@ -72,14 +72,23 @@ Tensor shard_local_experts(const GptOssConfig& c, const ParamTable& params, cons
     // Dropped pairs sort last under a pseudo-expert E, outside every group (padding rows).
     expert = frontend::where(keep.reshape({shards, pairs}) > 0.5, expert, g.full({shards, pairs}, e, s32));
   }
-  auto [sorted_expert, order] = frontend::sort(expert);                            // per shard, stable
+  Tensor order = frontend::sort(expert).second;                                    // per shard, stable
   Tensor token = g.iota({shards, n, k}, 1).reshape({shards, pairs}).take(order, 1, 1).named("sorted_token");
   Tensor group_sizes = frontend::scatter_add(g.zeros({shards, e}, s32), expert, g.full({shards, pairs}, 1.0, s32), 1, 1)
                            .named("group_sizes");                                  // s32 [P, E]
   Tensor xs = xp.take(token, 1, 1).named("grouped_inputs");                        // [P, n*k, D], grouped by expert
+  // The biases as grouped products of a column of ones laid out like the rows (as below):
+  // their gradient is then a grouped weight gradient, a partial sum per shard that is
+  // reduce-scattered; a take of the bias by expert would have a scatter_add gradient that
+  // gathers every shard's rows and indices first.
+  Tensor ones = c.mlp_bias ? frontend::stop_gradient(xs.slice(2, 0, 1)) * 0.0 + 1.0 : Tensor();
   auto gmm = [&](const Tensor& lhs, const std::string& name) {
     Tensor y(&g, g.builder().grouped_matmul(lhs.instr(), params(prefix + "." + name).instr(), group_sizes.instr()));
-    if (c.mlp_bias) y = y + params(prefix + "." + name + "_bias").take(sorted_expert, 0);  // each row its expert's bias
+    if (c.mlp_bias) {
+      Tensor bias = params(prefix + "." + name + "_bias");
+      bias = bias.reshape({e, 1, bias.dim(1)});
+      y = y + Tensor(&g, g.builder().grouped_matmul(ones.instr(), bias.instr(), group_sizes.instr()));
+    }
     return y;
   };
   Tensor gate = gmm(xs, "wi_0").named("mlpwi_0");
