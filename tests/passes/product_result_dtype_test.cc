@@ -120,6 +120,47 @@ ENTRY computation @main {
   expect_f32_product(*parse_or_die(input), *after, *reference);
 }
 
+// A dense weight gradient: the product is transposed (and here reshaped) before the cast's
+// adjoint widens it.
+TEST(ProductResultDtype, LooksThroughTransposesAndReshapes) {
+  const char* input = R"(module @m
+
+ENTRY computation @main {
+  %a = bf16[16,4] parameter(), index=0
+  %b = bf16[16,6] parameter(), index=1
+  %p = bf16[4,6] dot_general(%a, %b), lhs_batch={}, lhs_contract={0}, rhs_batch={}, rhs_contract={0}
+  %t = bf16[6,4] transpose(%p), perm={1,0}
+  %r = bf16[6,2,2] reshape(%t)
+  ROOT %c = f32[6,2,2] convert(%r), name="layers.0.grad"
+}
+)";
+  const char* expected = R"(module @m
+
+ENTRY computation @main {
+  %a = bf16[16,4] parameter(), index=0
+  %b = bf16[16,6] parameter(), index=1
+  %p = f32[4,6] dot_general(%a, %b), lhs_batch={}, lhs_contract={0}, rhs_batch={}, rhs_contract={0}
+  %t = f32[6,4] transpose(%p), perm={1,0}
+  ROOT %r = f32[6,2,2] reshape(%t)
+}
+)";
+  auto after = run_and_check(input, expected, true);
+  auto reference = parse_or_die(R"(module @m
+
+ENTRY computation @main {
+  %a = bf16[16,4] parameter(), index=0
+  %b = bf16[16,6] parameter(), index=1
+  %aw = f32[16,4] convert(%a)
+  %bw = f32[16,6] convert(%b)
+  %p = f32[4,6] dot_general(%aw, %bw), lhs_batch={}, lhs_contract={0}, rhs_batch={}, rhs_contract={0}
+  %t = f32[6,4] transpose(%p), perm={1,0}
+  ROOT %r = f32[6,2,2] reshape(%t)
+}
+)");
+  ASSERT_TRUE(after && reference);
+  expect_f32_product(*parse_or_die(input), *after, *reference);
+}
+
 TEST(ProductResultDtype, GroupedMatmulWritesF32) {
   const char* input = R"(module @m
 
@@ -159,9 +200,14 @@ ENTRY computation @main {
   %ce = f32[4,3] convert(%e)
   %q = f32[4,3] dot_general(%f, %g), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
   %n = bf16[4,3] convert(%q)
+  %p2 = bf16[4,3] dot_general(%a, %b), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
   %nw = f32[4,3] convert(%n)
   %s1 = f32[4,3] add(%c, %ce)
-  ROOT %s2 = f32[4,3] add(%s1, %nw)
+  %pt = bf16[3,4] transpose(%p2), perm={1,0}
+  %ct = f32[3,4] convert(%pt)
+  %et = bf16[3,4] exp(%pt)
+  %s2 = f32[4,3] add(%s1, %nw)
+  ROOT %s3 = (f32[4,3], f32[3,4], bf16[3,4]) tuple(%s2, %ct, %et)
 }
 )";
   run_and_check(input, input, false);

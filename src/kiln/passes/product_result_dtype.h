@@ -9,8 +9,11 @@
 // the reference evaluation), so writing f32 directly drops one rounding to bf16 and a pass
 // over the result. Applies to ops with OpDef::declared_result_dtype (dot_general,
 // grouped_matmul, grouped_matmul_weight_grad) whose only user is a convert to a floating
-// dtype at least as wide as the product's. Declines, with a reason at KILN_VLOG(2), when the
-// product has other users (they read the rounded value) or the two carry different shardings.
+// dtype at least as wide as the product's, directly or through transposes and reshapes that
+// each have one reader (a dense weight gradient is transpose(dot_general); they then move
+// the wide values). Declines, with a reason at KILN_VLOG(2), when the product has other
+// users (they read the rounded value) or the convert's operand and the convert carry
+// different shardings.
 #pragma once
 
 #include "kiln/passes/pass.h"
