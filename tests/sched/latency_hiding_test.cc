@@ -165,6 +165,45 @@ ENTRY computation @main {
   EXPECT_EQ(order(hidden(*m, 0)), "e wb g.start g gf h");
 }
 
+// The memory scheduler ran the last layer's gradient transpose and its squared norm right
+// after the reduce-scatter; both wait until the global norm needs them, so the reduce-scatter
+// stays in flight while the earlier layer's gradient is computed.
+constexpr const char* kGradients = R"(module @grads
+
+ENTRY computation @main {
+  %h = f32[2,8] parameter(), index=0
+  %e = f32[2,8] parameter(), index=1
+  %d2 = f32[8,8] dot_general(%h, %e), lhs_contract={0}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %r2.start = f32[4,8] reduce_scatter_start(%d2), dim=0, group_size=2, mesh_axes=fsdp
+  %r2 = f32[4,8] reduce_scatter_done(%r2.start, %d2)
+  %t2 = f32[8,4] transpose(%r2), perm={1,0}
+  %n2 = f32[] reduce_sum(%t2), dims={0,1}
+  %x1 = f32[2,8] tanh(%e)
+  %d1 = f32[8,8] dot_general(%h, %x1), lhs_contract={0}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %n1 = f32[] reduce_sum(%d1), dims={0,1}
+  %norm = f32[] add(%n1, %n2)
+  %u2 = f32[8,4] mul(%t2, %t2)
+  ROOT %out = (f32[], f32[8,4]) tuple(%norm, %u2)
+}
+)";
+
+TEST(LatencyHiding, GradientReadersWaitSoTheReduceScatterOverlapsEarlierLayers) {
+  auto m = parse(kGradients);
+  LatencyHidingStats stats;
+  Schedule s = hidden(*m, -1, &stats);
+  EXPECT_EQ(order(s), "d2 r2.start x1 d1 n1 r2 t2 n2 norm u2 out");
+  EXPECT_EQ(stats.sunk_readers, 1);
+  EXPECT_EQ(stats.overlapped, 1);
+  // Without delaying the readers there is nothing to overlap.
+  const ir::Computation& c = *m->entry();
+  BufferModel model(c);
+  Schedule plain = program_order(c);
+  LatencyHidingOptions o;
+  o.sink_readers = false;
+  EXPECT_EQ(hide_latency(plain, model, o).overlapped, 0);
+  EXPECT_EQ(order(plain), "d2 r2.start r2 t2 n2 x1 d1 n1 norm u2 out");
+}
+
 TEST(LatencyHiding, NoPairsLeavesTheScheduleAlone) {
   auto m = parse(R"(module @none
 

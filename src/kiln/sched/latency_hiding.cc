@@ -33,8 +33,9 @@ bool is_async_start(const Instr& instr) {
 }
 
 std::string LatencyHidingStats::to_string() const {
-  return fmt::format("{} async collective pairs, {} overlapped with compute; in flight at most {:.1f} MiB (limit {:.1f} MiB)",
-                     pairs, overlapped, peak_in_flight_bytes / 1048576.0, limit_bytes / 1048576.0);
+  return fmt::format("{} async collective pairs, {} overlapped with compute; in flight at most {:.1f} MiB (limit {:.1f} MiB); "
+                     "{} readers delayed",
+                     pairs, overlapped, peak_in_flight_bytes / 1048576.0, limit_bytes / 1048576.0, sunk_readers);
 }
 
 namespace {
@@ -60,6 +61,101 @@ int64_t window_bytes(const Instr& start, const BufferModel* model) {
   }
   return bytes;
 }
+
+bool is_source(const Instr* i) { return i->opcode() == Opcode::kParameter || i->opcode() == Opcode::kConstant; }
+
+// The non-async part of the schedule, with the async instructions' places between its
+// entries ("gap" k: right before base[k]).
+struct Layout {
+  Schedule base;
+  std::unordered_map<const Instr*, int> base_pos, orig_gap;
+  std::vector<const Instr*> pending;  // async instructions in scheduled order
+};
+
+// Delays the readers of a reduce-scatter's or all-reduce's done that the memory scheduler
+// ran right after it (a gradient's transpose, its squared-norm fusion), so the done can
+// move later. A reader sinks to right before its first reader (which may sink first), only
+// when that keeps live bytes as they were: each operand is a source, is read again later,
+// or is no larger than the reader's own result (allocated that much later); and never past
+// the writer of a donated output that takes an operand's storage.
+class ReaderSinker {
+ public:
+  ReaderSinker(Layout& l, const BufferModel& model, const std::unordered_map<int, const Instr*>& donated_writer)
+      : l_(l), model_(model), donated_writer_(donated_writer) {}
+
+  int run() {
+    int moved = 0;
+    for (const Instr* done : l_.pending) {
+      if (!is_async_done(*done) || done->opcode() == Opcode::kAllGatherDone) continue;
+      const Instr* reader = nullptr;
+      bool single = true;
+      for (const Instr* u : done->users()) {
+        if (!l_.base_pos.count(u) || (reader != nullptr && reader != u)) single = false;
+        reader = u;
+      }
+      if (single && reader != nullptr && sink(reader, 0)) ++moved;
+    }
+    return moved;
+  }
+
+ private:
+  int64_t bytes(const std::vector<int>& buffers) const {
+    int64_t total = 0;
+    for (int b : buffers) total += model_.buffer(b).bytes;
+    return total;
+  }
+
+  // The position of `u`'s first reader, or -1 when one is not in the base order.
+  int first_reader(const Instr* u) const {
+    int first = static_cast<int>(l_.base.size());
+    for (const Instr* r : u->users()) {
+      if (!l_.base_pos.count(r)) return -1;
+      first = std::min(first, l_.base_pos.at(r));
+    }
+    return first;
+  }
+
+  bool sink(const Instr* u, int depth) {
+    if (depth > 3 || is_source(u) || !l_.base_pos.count(u)) return false;
+    int target = first_reader(u);
+    if (target < 0) return false;
+    const int from = l_.base_pos.at(u);
+    if (target == from + 1 && target < static_cast<int>(l_.base.size()) && sink(l_.base[target], depth + 1)) {
+      target = first_reader(u);
+    }
+    if (target <= from + 1) return false;
+    for (const Instr* o : u->operands()) {
+      for (int b : model_.leaves(o)) {
+        auto w = donated_writer_.find(b);
+        if (w != donated_writer_.end() && l_.base_pos.count(w->second) && l_.base_pos.at(w->second) < target) {
+          return false;
+        }
+      }
+      if (is_source(o)) continue;
+      bool read_later = false;
+      for (const Instr* r : o->users()) {
+        if (r == u) continue;
+        int at = l_.base_pos.count(r) ? l_.base_pos.at(r) : l_.orig_gap.count(r) ? l_.orig_gap.at(r) : -1;
+        if (at >= target) read_later = true;
+      }
+      // (a view's leaves are its operand's: sinking it extends nothing)
+      if (!read_later && bytes(model_.leaves(u)) < bytes(model_.leaves(o))) return false;
+    }
+    // Move base[from] to right before base[target].
+    l_.base.erase(l_.base.begin() + from);
+    const int to = target - 1;
+    l_.base.insert(l_.base.begin() + to, u);
+    for (int k = from; k <= to; ++k) l_.base_pos[l_.base[k]] = k;
+    for (auto& [a, g] : l_.orig_gap) {
+      if (g > from && g <= to) --g;  // these ran after u; they still do not depend on it
+    }
+    return true;
+  }
+
+  Layout& l_;
+  const BufferModel& model_;
+  const std::unordered_map<int, const Instr*>& donated_writer_;
+};
 
 }  // namespace
 
@@ -95,25 +191,29 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
   // Parameters and constants first: they cost nothing to "run", and a collective of a
   // weight may then start before anything else (a post-order schedule lists a parameter
   // right before its first reader).
-  auto is_source = [](const Instr* i) { return i->opcode() == Opcode::kParameter || i->opcode() == Opcode::kConstant; };
-  Schedule sources, base;
-  std::vector<const Instr*> pending;  // async instructions in scheduled order
-  std::unordered_map<const Instr*, int> base_pos, orig_gap, gap;
+  Schedule sources;
+  Layout layout;
   for (const Instr* i : schedule) {
     if (is_source(i)) {
       sources.push_back(i);
     } else if (async.count(i)) {
-      orig_gap[i] = static_cast<int>(base.size());  // it ran before base[orig_gap]
-      pending.push_back(i);
+      layout.orig_gap[i] = static_cast<int>(layout.base.size());  // it ran before base[orig_gap]
+      layout.pending.push_back(i);
     } else {
-      base_pos[i] = static_cast<int>(base.size());
-      base.push_back(i);
+      layout.base_pos[i] = static_cast<int>(layout.base.size());
+      layout.base.push_back(i);
     }
   }
-  const int n = static_cast<int>(base.size());
   // Donated outputs: a done must not pass the writer that takes its operand's argument storage.
   std::unordered_map<int, const Instr*> donated_writer;  // argument buffer -> writer
   for (const auto& [r, p] : donated_buffers(model, options.schedule.donated)) donated_writer[p] = model.buffer(r).def;
+  if (options.sink_readers) stats.sunk_readers = ReaderSinker(layout, model, donated_writer).run();
+  const Schedule& base = layout.base;
+  const std::vector<const Instr*>& pending = layout.pending;
+  const std::unordered_map<const Instr*, int>& base_pos = layout.base_pos;
+  const std::unordered_map<const Instr*, int>& orig_gap = layout.orig_gap;
+  std::unordered_map<const Instr*, int> gap;
+  const int n = static_cast<int>(base.size());
 
   std::vector<int64_t> charge(n, 0);
   std::unordered_map<const Instr*, int> moved;  // carried operands -> the gap they run in
@@ -155,9 +255,11 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
     for (int k = s; k < d; ++k) charge[k] += bytes;
     gap[start] = s;
     gap[done] = d;
-    if (s < d) ++stats.overlapped;
+    // Instructions between start and done (a carried operand's old place is empty now).
+    const int between = d - s - (moved.count(x) && base_pos.at(x) < d ? 1 : 0);
+    if (between > 0) ++stats.overlapped;
     KILN_VLOG(2) << "latency_hiding: %" << start->id() << " "
-                 << (s < d ? fmt::format("overlaps {} instructions ({} bytes in flight)", d - s, bytes)
+                 << (between > 0 ? fmt::format("overlaps {} instructions ({} bytes in flight)", between, bytes)
                      : d == earliest ? std::string("not overlapped: its first reader follows its operand")
                                      : fmt::format("not overlapped: {} bytes do not fit under the limit", bytes));
   }

@@ -15,8 +15,11 @@
 // about one to two layers' gathered weights are in flight; without layer names, twice the
 // largest window.
 //
-// Everything else keeps its order, so the memory scheduler's decisions stand; dones never
-// move past the writer of a donated output that takes their operand's storage.
+// Everything else keeps its order, so the memory scheduler's decisions stand, except that a
+// reduce-scatter's or all-reduce's sole reader that the memory scheduler ran right after the
+// done (a gradient's transpose, its squared-norm fusion) is delayed to right before its own
+// first reader when that keeps live bytes as they were, so the done can move later too.
+// Dones never move past the writer of a donated output that takes their operand's storage.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,9 @@ bool is_async_start(const ir::Instr& instr);
 struct LatencyHidingOptions {
   int64_t limit_bytes = -1;  // < 0: the default above; 0: keep every pair synchronous
   ScheduleOptions schedule;  // the donations
+  // Delay the reader the memory scheduler ran right after a reduce-scatter's or all-reduce's
+  // done (a gradient's transpose or squared-norm fusion) when live bytes stay as they were.
+  bool sink_readers = true;
 };
 
 struct LatencyHidingStats {
@@ -41,6 +47,7 @@ struct LatencyHidingStats {
   int overlapped = 0;   // pairs with at least one instruction between start and done
   int64_t limit_bytes = 0;
   int64_t peak_in_flight_bytes = 0;  // the most charged at one instruction
+  int sunk_readers = 0;  // readers of a done delayed so the done can move later
   std::string to_string() const;
 };
 
