@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "command.h"
+#include "hugepage_heap.h"
 #include "kiln/base/logging.h"
 
 namespace kiln::app {
@@ -62,6 +63,7 @@ int run(int argc, char** argv) {
 }  // namespace kiln::app
 
 int main(int argc, char** argv) {
+  kiln::app::reexec_with_hugepage_heap(argv);  // first: a tunable is read at process start
   try {
     return kiln::app::run(argc, argv);
   } catch (const std::exception& e) {
