@@ -97,27 +97,19 @@ void Computation::remove(const std::vector<Instr*>& dead) {
 
 void Computation::topo_sort() {
   // Most calls find the order already topological (every fusion body after a pass, the
-  // entry after a pass that only removed instructions): check that first, against positions
-  // in one sorted array (a hash set allocated a node per instruction, for each of the
-  // thousands of bodies the pipeline checks after every pass).
-  std::vector<std::pair<const Instr*, size_t>> at;
-  at.reserve(instrs_.size());
-  for (size_t k = 0; k < instrs_.size(); ++k) at.push_back({instrs_[k].get(), k});
-  std::sort(at.begin(), at.end());
+  // entry after a pass that only removed instructions): check that first, in one sweep over
+  // positions stored in the instructions themselves (hash sets and searched arrays cost far
+  // more: the pipeline checks thousands of bodies and the entry after every pass).
+  for (size_t k = 0; k < instrs_.size(); ++k) instrs_[k]->topo_index_ = k;
+  auto in_here = [&](const Instr* i) { return i->parent_ == this && i->topo_index_ < instrs_.size() && instrs_[i->topo_index_].get() == i; };
   bool sorted = true;
   for (size_t k = 0; k < instrs_.size() && sorted; ++k) {
     for (const Instr* operand : instrs_[k]->operands()) {
-      auto it = std::lower_bound(at.begin(), at.end(), std::make_pair(operand, size_t{0}));
-      sorted = sorted && it != at.end() && it->first == operand && it->second < k;
+      KILN_CHECK(in_here(operand)) << "%" << operand->id() << " is not in @" << name_;
+      sorted = sorted && operand->topo_index_ < k;
     }
   }
   if (sorted) return;
-  // Position of an instruction in the old order, through the same sorted array.
-  auto position = [&](const Instr* instr) {
-    auto it = std::lower_bound(at.begin(), at.end(), std::make_pair(instr, size_t{0}));
-    KILN_CHECK(it != at.end() && it->first == instr) << "%" << instr->id() << " is not in @" << name_;
-    return it->second;
-  };
   std::vector<std::unique_ptr<Instr>> old = std::move(instrs_);
   instrs_.clear();
   instrs_.reserve(old.size());
@@ -125,7 +117,7 @@ void Computation::topo_sort() {
   std::vector<char> state(old.size(), kUnvisited);
   // Iterative DFS so that deep graphs (thousands of layers of ops) do not overflow the stack.
   // The stack is empty again after each start: allocated once. Entries: (old position, next
-  // operand to visit).
+  // operand to visit); topo_index_ still holds the old positions.
   std::vector<std::pair<size_t, size_t>> stack;
   for (size_t k = 0; k < old.size(); ++k) {
     if (state[k] != kUnvisited) continue;
@@ -136,7 +128,7 @@ void Computation::topo_sort() {
       const Instr* instr = old[at_k].get();
       if (next < instr->operands().size()) {
         const Instr* operand = instr->operands()[next++];
-        const size_t o = position(operand);
+        const size_t o = operand->topo_index_;
         if (state[o] != kPlaced) {
           KILN_CHECK(state[o] != kOnStack) << "cycle through %" << operand->id();
           stack.push_back({o, 0});

@@ -78,6 +78,9 @@ class Instr {
   Metadata meta_;
   std::vector<Computation*> called_;
   Computation* parent_ = nullptr;
+  // Scratch for Computation::topo_sort: the position it last gave this instruction (reading
+  // it is valid only inside topo_sort, which sets it first).
+  size_t topo_index_ = 0;
 };
 
 class Computation {
