@@ -33,5 +33,31 @@ TEST(ReplicatedGradientTest, ElementwiseOpsOnAWholeGradientRunOnTheUpdatesShard)
   EXPECT_EQ(count_in(text, "all_gather("), 0) << text;
 }
 
+// A broadcast of replicated values (a constant, a replicated bias) feeding a batch-split
+// activation is made at the activation's split: each device writes its own [2, 3] of it,
+// rather than the whole [4, 3] sliced afterwards.
+const char* kBroadcastBias = R"(module @bias
+
+ENTRY computation @main {
+  %x = f32[4,3] parameter(), index=0
+  %b = f32[3] parameter(), index=1
+  %bb = f32[4,3] broadcast(%b), dims={1}
+  %two = f32[] constant(2)
+  %tb = f32[4,3] broadcast(%two), dims={}
+  %y = f32[4,3] add(%x, %bb)
+  %z = f32[4,3] mul(%y, %tb)
+  ROOT %r = (f32[4,3]) tuple(%z)
+}
+)";
+
+TEST(ReplicatedGradientTest, BroadcastsOfReplicatedValuesAreMadeAtTheirUsersSplit) {
+  ir::Sharding rows{{{"fsdp"}, {}}};
+  PartitionCase c{kBroadcastBias, Mesh({"fsdp"}, {2}), {rows, std::nullopt}, {rows}};
+  std::string text = check_partition_equivalent(c);
+  EXPECT_EQ(count_in(text, "shard_slice("), 0) << text;
+  EXPECT_EQ(count_in(text, "all_"), 0) << text;
+  EXPECT_EQ(count_in(text, "f32[2,3] broadcast("), 2) << text;
+}
+
 }  // namespace
 }  // namespace kiln::spmd

@@ -163,7 +163,12 @@ class Propagator {
     // an op without a rule produced whole (the grouped matmul's weight gradient) is then
     // split where its sharded optimizer update asks, before clipping, instead of being
     // clipped whole on every device and kept whole until the global norm is known.
-    if (defer_replicated && ops::op_def(instr.opcode()).elementwise) return std::nullopt;
+    // A broadcast of replicated values (zeros, a constant, a replicated bias) waits too: made
+    // at its users' split it is written at its local shape, instead of whole on every device
+    // and then sliced.
+    if (defer_replicated && (ops::op_def(instr.opcode()).elementwise || instr.opcode() == Opcode::kBroadcast)) {
+      return std::nullopt;
+    }
     return Spec::replicated(rank);
   }
 
