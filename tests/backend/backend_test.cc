@@ -180,7 +180,10 @@ ENTRY computation @main {
   EXPECT_EQ((*first)->report().fused_kernels, 2);  // mul+exp+add, and tanh
   EXPECT_EQ((*first)->report().gemms, 1);
   EXPECT_EQ((*first)->report().fallback_kernels, 0);
-  EXPECT_EQ((*first)->report().kernels_compiled, 1);
+  // Libraries built: the kernels are cut into equal chunks, one per core or a multiple of it,
+  // so two kernels may come out as one library or two.
+  EXPECT_GE((*first)->report().kernels_compiled, 1);
+  EXPECT_LE((*first)->report().kernels_compiled, 2);
   auto second = compile_cpu(**module, options);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ((*second)->report().kernels_compiled, 0);  // everything came from the cache
