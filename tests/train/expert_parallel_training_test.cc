@@ -62,6 +62,24 @@ std::vector<double> run_losses(std::vector<std::string> extra, int64_t devices, 
 
 // float32 sums in another order (each token's k rows, the experts' partial gradients):
 // 1e-4 relative, as sharded_training_test.
+// `kiln compile --json` of the test model on `devices` devices with `extra` settings, its
+// IR dumped into `dump` (emptied first); returns the report and fails the test on an error.
+std::string compile_report(int64_t devices, const std::vector<std::string>& extra, const std::filesystem::path& dump) {
+  std::filesystem::remove_all(dump);
+  std::string cmd = std::string(KILN_BINARY) + " compile --json";
+  for (const std::string& s : model_overrides(devices)) cmd += " " + s;
+  for (const std::string& s : extra) cmd += " " + s;
+  cmd += " dump_ir=" + dump.string() + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string report;
+  if (pipe == nullptr) return report;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) report.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << report;
+  return report;
+}
+
 void expect_same(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::abs(want[i])) << "step " << i;
@@ -89,16 +107,7 @@ TEST(ExpertParallelTraining, CompiledFsdpTimesExpertMatchesOneDevice) {
 
 TEST(ExpertParallelTraining, StepExchangesTokensAndNeverGathersExpertsOverTheExpertAxis) {
   std::filesystem::path dump = std::filesystem::path(::testing::TempDir()) / "kiln_ep_dump";
-  std::filesystem::remove_all(dump);
-  std::string cmd = std::string(KILN_BINARY) + " compile --json";
-  for (const std::string& s : model_overrides(4)) cmd += " " + s;
-  cmd += " ici_fsdp_parallelism=2 ici_expert_parallelism=2 dump_ir=" + dump.string() + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string report;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) report.append(buf, n);
-  ASSERT_EQ(pclose(pipe), 0) << report;
+  std::string report = compile_report(4, {"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, dump);
   EXPECT_NE(report.find("\"ragged_all_to_all\""), std::string::npos) << report;
 
   std::ifstream ir(dump / "optimized.ir");
@@ -129,17 +138,7 @@ TEST_P(RoutingPerDevice, SortsAndTopKsHoldOneShardAndRunNatively) {
   std::string tag;
   for (const std::string& m : GetParam()) tag += m.substr(4, 2) + m.substr(m.find('=') + 1);
   std::filesystem::path dump = std::filesystem::path(::testing::TempDir()) / ("kiln_routing_dump_" + tag);
-  std::filesystem::remove_all(dump);
-  std::string cmd = std::string(KILN_BINARY) + " compile --json";
-  for (const std::string& s : model_overrides(4)) cmd += " " + s;
-  for (const std::string& s : GetParam()) cmd += " " + s;
-  cmd += " dump_ir=" + dump.string() + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string report;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) report.append(buf, n);
-  ASSERT_EQ(pclose(pipe), 0) << report;
+  std::string report = compile_report(4, GetParam(), dump);
   EXPECT_NE(report.find("\"fallback_kernels\": 0"), std::string::npos) << report;
 
   std::ifstream ir(dump / "optimized.ir");

@@ -49,6 +49,33 @@ int64_t capacity(const GptOssConfig& c, int64_t seq_len) {
   return static_cast<int64_t>(std::max(balanced * c.capacity_factor, c.capacity_factor));
 }
 
+// The experts' MLP on rows grouped by expert, each group on its expert's weights:
+// xs [P, R, D] -> [P, R, D], group_sizes s32 [P, E'] (rows past the groups are padding).
+// Biases are grouped products of a column of ones made from the rows, so that the ones are
+// laid out as the rows are (split by shard; a broadcast constant would be replicated): the
+// bias gradient is then a grouped weight gradient, a partial sum per shard that is
+// reduce-scattered, and the bias stays split like the weights (a take of the bias by
+// expert would have a scatter_add gradient that gathers every shard's rows and indices).
+Tensor grouped_expert_mlp(const GptOssConfig& c, const ParamTable& params, const std::string& prefix, const Tensor& xs,
+                          const Tensor& group_sizes) {
+  frontend::Graph& g = *xs.graph();
+  const int64_t e = c.num_experts;
+  Tensor ones = c.mlp_bias ? frontend::stop_gradient(xs.slice(2, 0, 1)) * 0.0 + 1.0 : Tensor();
+  auto gmm = [&](const Tensor& lhs, const std::string& name) {
+    Tensor y(&g, g.builder().grouped_matmul(lhs.instr(), params(prefix + "." + name).instr(), group_sizes.instr()));
+    if (c.mlp_bias) {
+      Tensor bias = params(prefix + "." + name + "_bias");
+      bias = bias.reshape({e, 1, bias.dim(1)});
+      y = y + Tensor(&g, g.builder().grouped_matmul(ones.instr(), bias.instr(), group_sizes.instr()));
+    }
+    return y;
+  };
+  Tensor gate = gmm(xs, "wi_0").named("mlpwi_0");
+  Tensor up = c.mlp_activations.size() == 2 ? gmm(xs, "wi_1").named("mlpwi_1") : Tensor();
+  Tensor hidden = hidden_activation(c, gate, up).named("hidden");                  // [P, R, I]
+  return gmm(hidden, "wo").named("mlpwo");                                         // [P, R, D]
+}
+
 }  // namespace
 
 namespace {
@@ -77,24 +104,7 @@ Tensor shard_local_experts(const GptOssConfig& c, const ParamTable& params, cons
   Tensor group_sizes = frontend::scatter_add(g.zeros({shards, e}, s32), expert, g.full({shards, pairs}, 1.0, s32), 1, 1)
                            .named("group_sizes");                                  // s32 [P, E]
   Tensor xs = xp.take(token, 1, 1).named("grouped_inputs");                        // [P, n*k, D], grouped by expert
-  // The biases as grouped products of a column of ones laid out like the rows (as below):
-  // their gradient is then a grouped weight gradient, a partial sum per shard that is
-  // reduce-scattered; a take of the bias by expert would have a scatter_add gradient that
-  // gathers every shard's rows and indices first.
-  Tensor ones = c.mlp_bias ? frontend::stop_gradient(xs.slice(2, 0, 1)) * 0.0 + 1.0 : Tensor();
-  auto gmm = [&](const Tensor& lhs, const std::string& name) {
-    Tensor y(&g, g.builder().grouped_matmul(lhs.instr(), params(prefix + "." + name).instr(), group_sizes.instr()));
-    if (c.mlp_bias) {
-      Tensor bias = params(prefix + "." + name + "_bias");
-      bias = bias.reshape({e, 1, bias.dim(1)});
-      y = y + Tensor(&g, g.builder().grouped_matmul(ones.instr(), bias.instr(), group_sizes.instr()));
-    }
-    return y;
-  };
-  Tensor gate = gmm(xs, "wi_0").named("mlpwi_0");
-  Tensor up = c.mlp_activations.size() == 2 ? gmm(xs, "wi_1").named("mlpwi_1") : Tensor();
-  Tensor hidden = hidden_activation(c, gate, up).named("hidden");                  // [P, n*k, I]
-  Tensor y = gmm(hidden, "wo").named("mlpwo");                                     // [P, n*k, D]
+  Tensor y = grouped_expert_mlp(c, params, prefix, xs, group_sizes);              // [P, n*k, D]
   const ir::DType sum_dtype = c.float32_weight_sum ? ir::DType::kF32 : c.dtype;
   Tensor w = weights.reshape({shards, pairs}).take(order, 1, 1).astype(sum_dtype);  // [P, n*k]
   Tensor contributions = y.astype(sum_dtype) * w.expand_dims(-1);                  // [P, n*k, D]
@@ -149,26 +159,7 @@ Tensor token_routed_experts(const GptOssConfig& c, const ParamTable& params, con
   Tensor xs = received.take(by_expert, 1, 1).named("grouped_inputs");              // [P, G*slot, D]
   Tensor group_sizes = frontend::one_hot(local_expert, local, s32).sum({1}).named("group_sizes");  // s32 [P, El]
 
-  // Ones shaped like one column of the rows, made from them so that they are laid out as
-  // the rows are (split by shard; a broadcast constant would be replicated, and the bias
-  // product would then gather the biases of every expert).
-  Tensor ones = c.mlp_bias ? frontend::stop_gradient(xs.slice(2, 0, 1)) * 0.0 + 1.0 : Tensor();
-  auto gmm = [&](const Tensor& lhs, const std::string& name) {
-    Tensor w = params(prefix + "." + name);
-    Tensor y(&g, g.builder().grouped_matmul(lhs.instr(), w.instr(), group_sizes.instr()));
-    if (c.mlp_bias) {
-      // Each row its expert's bias, as a grouped product of ones: the bias stays split
-      // over the expert shards like the weights (padding rows get none).
-      Tensor bias = params(prefix + "." + name + "_bias");
-      bias = bias.reshape({e, 1, bias.dim(1)});
-      y = y + Tensor(&g, g.builder().grouped_matmul(ones.instr(), bias.instr(), group_sizes.instr()));
-    }
-    return y;
-  };
-  Tensor gate = gmm(xs, "wi_0").named("mlpwi_0");
-  Tensor up = c.mlp_activations.size() == 2 ? gmm(xs, "wi_1").named("mlpwi_1") : Tensor();
-  Tensor hidden = hidden_activation(c, gate, up).named("hidden");                  // [P, G*slot, I]
-  Tensor y = gmm(hidden, "wo").named("mlpwo");                                     // [P, G*slot, D]
+  Tensor y = grouped_expert_mlp(c, params, prefix, xs, group_sizes);              // [P, G*slot, D]
 
   Tensor back = y.take(frontend::sort(by_expert).second, 1, 1);                    // slot order again
   Tensor returned = ragged(back, sizes, groups, pairs, slot, true).named("returned");  // [P, n*k, D], sorted order
