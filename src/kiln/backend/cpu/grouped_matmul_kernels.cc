@@ -259,6 +259,25 @@ Kernel batched_bf16_gmm_kernel(const Instr& instr) {
   };
 }
 
+// Entry p's weight-gradient tiles of a batched tgmm: per group g (its rows of x [P, M, K]
+// and dy [P, M, N], sizes s32 [P, Gl]) the [K, N] block of expert (p mod B) * Gl + g, cut
+// into kTileRows x kTileCols tiles over all of the group's rows (the k dimension of the sum).
+std::vector<Tile> batched_tgmm_tiles(const int32_t* S, int64_t p, int64_t Gl, int64_t B, int64_t M, int64_t K,
+                                     int64_t N) {
+  std::vector<Tile> tiles;
+  int64_t at = 0;
+  for (int64_t g = 0; g < Gl; ++g) {
+    const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
+    for (int64_t k = 0; end > at && k < K; k += kTileRows) {
+      for (int64_t c = 0; c < N; c += kTileCols) {
+        tiles.push_back({(p % B) * Gl + g, at, end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
+      }
+    }
+    at = end;
+  }
+  return tiles;
+}
+
 // Batched bf16 weight gradient -> [E, K, N] f32 or bf16. The first entry of each expert block
 // writes its tiles' f32 sums straight into an f32 accumulator (the output itself when it is
 // f32); later entries of the same block (P > E / Gl) add theirs from a per-tile f32 scratch;
@@ -276,17 +295,7 @@ Kernel batched_bf16_tgmm_kernel(const Instr& instr) {
     float* O = o_wide.as<float>();
     std::memset(O, 0, sizeof(float) * B * Gl * K * N);  // empty groups' gradients are zero
     for (int64_t p = 0; p < P; ++p) {
-      std::vector<Tile> tiles;
-      int64_t at = 0;
-      for (int64_t g = 0; g < Gl; ++g) {
-        const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
-        for (int64_t k = 0; end > at && k < K; k += kTileRows) {
-          for (int64_t c = 0; c < N; c += kTileCols) {
-            tiles.push_back({(p % B) * Gl + g, at, end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
-          }
-        }
-        at = end;
-      }
+      std::vector<Tile> tiles = batched_tgmm_tiles(S, p, Gl, B, M, K, N);
       const bool first = p < B;  // the first entry of its block: nothing to add to yet
       run_tiles(tiles, [&](const Tile& tile) {
         Bf16MatmulDesc d;
@@ -362,17 +371,7 @@ Kernel batched_tgmm_kernel(const Instr& instr) {
     float* O = o_wide.as<float>();
     std::memset(O, 0, sizeof(float) * B * Gl * K * N);  // empty groups' gradients are zero
     for (int64_t p = 0; p < P; ++p) {
-      std::vector<Tile> tiles;
-      int64_t at = 0;
-      for (int64_t g = 0; g < Gl; ++g) {
-        const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
-        for (int64_t k = 0; end > at && k < K; k += kTileRows) {
-          for (int64_t c = 0; c < N; c += kTileCols) {
-            tiles.push_back({(p % B) * Gl + g, at, end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
-          }
-        }
-        at = end;
-      }
+      std::vector<Tile> tiles = batched_tgmm_tiles(S, p, Gl, B, M, K, N);
       run_tiles(tiles, [&](const Tile& tile) {
         sgemm('T', 'N', tile.k1 - tile.k0, tile.c1 - tile.c0, tile.r1 - tile.r0, X + (p * M + tile.r0) * K + tile.k0, K,
               D + (p * M + tile.r0) * N + tile.c0, N, O + tile.g * K * N + tile.k0 * N + tile.c0, N, 1.0f);
