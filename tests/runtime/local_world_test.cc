@@ -116,11 +116,15 @@ TEST(LocalWorld, DeviceThatNeverArrivesTimesOutWithItsName) {
 TEST(LocalWorld, ProgressLetsPeersFinishWhileThisDeviceComputes) {
   for (bool progress : {true, false}) {
     LocalWorld world(2, {.timeout_s = 0.5});
-    std::atomic<bool> peer_done{false};
+    std::atomic<bool> peer_done{false}, zero_started{false};
     Status peer_status;
     Status s = run_on_devices(2, [&](int64_t d) -> Status {
       float in = static_cast<float>(d + 1), out[2] = {0, 0};
+      // Device 1 starts second: had it started first, device 0's own start call would find
+      // every member there and read at once, and device 1 would finish without progress.
+      while (d == 1 && !zero_started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       auto pending = world.device(d).all_gather({0, 1}, &in, sizeof in, out);
+      if (d == 0) zero_started = true;
       if (d == 1) {
         peer_status = pending->wait();
         peer_done = true;
