@@ -18,50 +18,18 @@
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
+#include "tests/train/sharded_tiny_run.h"
 
 namespace kiln::train {
 namespace {
 
-// sharded_training_test's shrunk gpt-oss-tiny (every mesh axis divides its dimensions).
-std::vector<std::string> model_overrides(int64_t devices) {
-  return {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",
-          "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
-          "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
-          "max_target_length=8", "per_device_batch_size=" + std::to_string(4 / devices),
-          "local_devices=" + std::to_string(devices)};
-}
+std::vector<std::string> model_overrides(int64_t devices) { return testing::sharded_tiny_overrides(devices); }
 
-std::vector<double> run_losses(std::vector<std::string> extra, int64_t devices, const std::string& name,
+std::vector<double> run_losses(const std::vector<std::string>& extra, int64_t devices, const std::string& name,
                                const std::string& executor, int steps) {
-  std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / ("kiln_ep_" + name);
-  std::filesystem::remove_all(out);
-  config::LoadOptions lo;
-  lo.overrides = model_overrides(devices);
-  for (const std::string& s : {"steps=" + std::to_string(steps), std::string("learning_rate=1e-2"),
-                               std::string("reuse_example_batch=1"), "executor=" + executor,
-                               std::string("enable_checkpointing=false"), std::string("log_period=100"),
-                               "run_name=" + name, "base_output_directory=" + out.string()}) {
-    lo.overrides.push_back(s);
-  }
-  if (devices == 1) lo.overrides.push_back("ici_fsdp_parallelism=1");
-  lo.overrides.insert(lo.overrides.end(), extra.begin(), extra.end());
-  auto cfg = config::load(lo);
-  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
-  auto model = models::make_model(*cfg);
-  KILN_CHECK(model.ok()) << model.status().to_string();
-  TrainerOptions options;
-  options.console = nullptr;
-  auto trainer = Trainer::create(*cfg, std::move(*model), options);
-  KILN_CHECK(trainer.ok()) << trainer.status().to_string();
-  Status s = (*trainer)->run();
-  KILN_CHECK(s.ok()) << s.to_string();
-  std::vector<double> losses;
-  for (const StepRecord& r : (*trainer)->history()) losses.push_back(r.loss);
-  return losses;
+  return testing::sharded_tiny_losses(extra, devices, "ep_" + name, executor, steps);
 }
 
-// float32 sums in another order (each token's k rows, the experts' partial gradients):
-// 1e-4 relative, as sharded_training_test.
 // `kiln compile --json` of the test model on `devices` devices with `extra` settings, its
 // IR dumped into `dump` (emptied first); returns the report and fails the test on an error.
 std::string compile_report(int64_t devices, const std::vector<std::string>& extra, const std::filesystem::path& dump) {
@@ -80,6 +48,8 @@ std::string compile_report(int64_t devices, const std::vector<std::string>& extr
   return report;
 }
 
+// float32 sums in another order (each token's k rows, the experts' partial gradients):
+// 1e-4 relative, as sharded_training_test.
 void expect_same(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::abs(want[i])) << "step " << i;

@@ -15,6 +15,7 @@
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
+#include "tests/train/sharded_tiny_run.h"
 
 namespace kiln::train {
 namespace {
@@ -23,31 +24,7 @@ constexpr int kSteps = 20;  // as the issue asks: 20 steps
 
 std::vector<double> run_losses(const std::vector<std::string>& mesh, int64_t devices, const std::string& name,
                                const std::string& executor = "interpreter", int steps = kSteps) {
-  std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / ("kiln_sharded_" + name);
-  std::filesystem::remove_all(out);
-  config::LoadOptions lo;
-  lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",
-                  "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
-                  "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
-                  "max_target_length=8", "per_device_batch_size=" + std::to_string(4 / devices),
-                  "local_devices=" + std::to_string(devices), "steps=" + std::to_string(steps),
-                  "learning_rate=1e-2", "reuse_example_batch=1", "executor=" + executor, "enable_checkpointing=false", "log_period=100",
-                  "run_name=" + name, "base_output_directory=" + out.string()};
-  if (devices == 1) lo.overrides.push_back("ici_fsdp_parallelism=1");
-  lo.overrides.insert(lo.overrides.end(), mesh.begin(), mesh.end());
-  auto cfg = config::load(lo);
-  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
-  auto model = models::make_model(*cfg);
-  KILN_CHECK(model.ok()) << model.status().to_string();
-  TrainerOptions options;
-  options.console = nullptr;
-  auto trainer = Trainer::create(*cfg, std::move(*model), options);
-  KILN_CHECK(trainer.ok()) << trainer.status().to_string();
-  Status s = (*trainer)->run();
-  KILN_CHECK(s.ok()) << s.to_string();
-  std::vector<double> losses;
-  for (const StepRecord& r : (*trainer)->history()) losses.push_back(r.loss);
-  return losses;
+  return testing::sharded_tiny_losses(mesh, devices, "sharded_" + name, executor, steps);
 }
 
 const std::vector<double>& single_device_losses() {

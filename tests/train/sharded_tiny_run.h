@@ -1,0 +1,58 @@
+// The shrunk gpt-oss-tiny that the sharded training tests train on 1 and 4 virtual devices
+// (every mesh axis of the issue divides its dimensions; a global batch of 4 sequences of 8
+// tokens), and a run of it that returns the per-step losses.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kiln/base/check.h"
+#include "kiln/config/config.h"
+#include "kiln/models/model.h"
+#include "kiln/train/trainer.h"
+
+namespace kiln::train::testing {
+
+inline std::vector<std::string> sharded_tiny_overrides(int64_t devices) {
+  return {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",
+          "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
+          "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
+          "max_target_length=8", "per_device_batch_size=" + std::to_string(4 / devices),
+          "local_devices=" + std::to_string(devices)};
+}
+
+// `steps` steps on one batch (learning rate 1e-2, no checkpoints) with `extra` settings (the
+// mesh), outputs under the test temp dir in `run_name`; the losses, step by step.
+inline std::vector<double> sharded_tiny_losses(const std::vector<std::string>& extra, int64_t devices,
+                                               const std::string& run_name, const std::string& executor, int steps) {
+  std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / ("kiln_" + run_name);
+  std::filesystem::remove_all(out);
+  config::LoadOptions lo;
+  lo.overrides = sharded_tiny_overrides(devices);
+  for (const std::string& s : {"steps=" + std::to_string(steps), std::string("learning_rate=1e-2"),
+                               std::string("reuse_example_batch=1"), "executor=" + executor,
+                               std::string("enable_checkpointing=false"), std::string("log_period=100"),
+                               "run_name=" + run_name, "base_output_directory=" + out.string()}) {
+    lo.overrides.push_back(s);
+  }
+  if (devices == 1) lo.overrides.push_back("ici_fsdp_parallelism=1");
+  lo.overrides.insert(lo.overrides.end(), extra.begin(), extra.end());
+  auto cfg = config::load(lo);
+  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
+  auto model = models::make_model(*cfg);
+  KILN_CHECK(model.ok()) << model.status().to_string();
+  TrainerOptions options;
+  options.console = nullptr;
+  auto trainer = Trainer::create(*cfg, std::move(*model), options);
+  KILN_CHECK(trainer.ok()) << trainer.status().to_string();
+  Status s = (*trainer)->run();
+  KILN_CHECK(s.ok()) << s.to_string();
+  std::vector<double> losses;
+  for (const StepRecord& r : (*trainer)->history()) losses.push_back(r.loss);
+  return losses;
+}
+
+}  // namespace kiln::train::testing
