@@ -166,8 +166,29 @@ inline void row_pairs(const float* x, int64_t nq, uint32_t* out) {
 
 // ---- tile products ----
 
+// acc[i][0..3] += sum over `pairs` dimension pairs p of rows[i] pair p times x's 64-wide pair
+// row p, for R rows (bf16, row i at rows + i * row_stride; pair p at rows[i] + 2p) and x's
+// pair rows x_stride apart: R x 4 accumulators share each loaded vector of x. The inner
+// product of both tile products below.
+template <int R>
+inline void dot_pairs(__m512 (&acc)[R][4], const uint16_t* rows, int64_t row_stride, const uint32_t* x,
+                      int64_t x_stride, int64_t pairs) {
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint32_t* xp = x + p * x_stride;
+    const __m512bh k0 = load_pairs(xp), k1 = load_pairs(xp + 16), k2 = load_pairs(xp + 32), k3 = load_pairs(xp + 48);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512bh u = splat(pair_at(rows + i * row_stride + 2 * p));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], u, k0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], u, k1);
+      acc[i][2] = _mm512_dpbf16_ps(acc[i][2], u, k2);
+      acc[i][3] = _mm512_dpbf16_ps(acc[i][3], u, k3);
+    }
+  }
+}
+
 // s[i][c] = mul * a[i] . x[:, c] for R rows a[i] (bf16, row i at a + i * lda) and a
-// dim-pairs tile x: R x 4 accumulators share each loaded vector of x.
+// dim-pairs tile x.
 template <int R>
 inline void logits_rows(const uint16_t* a, int64_t lda, const uint32_t* x, __m512 mul, float* s) {
   __m512 acc[R][4];
@@ -176,18 +197,7 @@ inline void logits_rows(const uint16_t* a, int64_t lda, const uint32_t* x, __m51
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  for (int p = 0; p < kDh / 2; ++p) {
-    const uint32_t* xp = x + p * kBk;
-    const __m512bh k0 = load_pairs(xp), k1 = load_pairs(xp + 16), k2 = load_pairs(xp + 32), k3 = load_pairs(xp + 48);
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m512bh u = splat(pair_at(a + i * lda + 2 * p));
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], u, k0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], u, k1);
-      acc[i][2] = _mm512_dpbf16_ps(acc[i][2], u, k2);
-      acc[i][3] = _mm512_dpbf16_ps(acc[i][3], u, k3);
-    }
-  }
+  dot_pairs<R>(acc, a, lda, x, kBk, kDh / 2);
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
@@ -215,18 +225,7 @@ inline void accumulate_rows_bf16(const uint16_t* w, const uint32_t* x, int64_t p
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) a[i][j] = _mm512_mul_ps(_mm512_loadu_ps(acc + i * kDh + 16 * j), al);
   }
-  for (int64_t cp = 0; cp < pairs; ++cp) {
-    const uint32_t* xc = x + cp * kDh;
-    const __m512bh k0 = load_pairs(xc), k1 = load_pairs(xc + 16), k2 = load_pairs(xc + 32), k3 = load_pairs(xc + 48);
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m512bh u = splat(pair_at(w + i * kBk + 2 * cp));
-      a[i][0] = _mm512_dpbf16_ps(a[i][0], u, k0);
-      a[i][1] = _mm512_dpbf16_ps(a[i][1], u, k1);
-      a[i][2] = _mm512_dpbf16_ps(a[i][2], u, k2);
-      a[i][3] = _mm512_dpbf16_ps(a[i][3], u, k3);
-    }
-  }
+  dot_pairs<R>(a, w, kBk, x, kDh, pairs);
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
