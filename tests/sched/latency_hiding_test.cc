@@ -204,6 +204,46 @@ TEST(LatencyHiding, GradientReadersWaitSoTheReduceScatterOverlapsEarlierLayers) 
   EXPECT_EQ(order(plain), "d2 r2.start r2 t2 n2 x1 d1 n1 norm u2 out");
 }
 
+// One MoE layer on expert=2: the rows are made, then their counts (the start needs both),
+// then compute that needs no exchange (the shared part of the layer); the experts read the
+// dispatched rows, and the return's reader is the root.
+constexpr const char* kMoe = R"(module @moe
+
+ENTRY computation @main {
+  %x = f32[1,4,2] parameter(), index=0
+  %c = f32[1,2] parameter(), index=1
+  %y = f32[3,3] parameter(), index=2
+  %rows = f32[1,4,2] tanh(%x)
+  %sizes = s32[1,2] convert(%c)
+  %a = f32[3,3] exp(%y)
+  %d.start = f32[1,8,2] ragged_all_to_all_start(%rows, %sizes), group_size=2, rows=4, slot=4, reverse=0, mesh_axes=expert
+  %d = f32[1,8,2] ragged_all_to_all_done(%d.start, %rows)
+  %e = f32[1,8,2] tanh(%d)
+  %b.start = f32[1,4,2] ragged_all_to_all_start(%e, %sizes), group_size=2, rows=4, slot=4, reverse=1, mesh_axes=expert
+  %b = f32[1,4,2] ragged_all_to_all_done(%b.start, %e)
+  %z = f32[3,3] exp(%a)
+  ROOT %out = (f32[1,4,2], f32[3,3]) tuple(%b, %z)
+}
+)";
+
+// The dispatch starts once its rows and their counts exist (not before the counts, its
+// second operand) and is done right before the experts read it; the return starts after
+// the experts and is done at the root, with the independent exp in both windows. Each
+// window holds its worst-case receive buffer and its computed operand: 64 + 32 and 32 + 64
+// bytes, within a limit of 96 (one at a time), and none fits under 95.
+TEST(LatencyHiding, RaggedExchangeStartsAfterItsCountsAndOverlapsIndependentCompute) {
+  auto m = parse(kMoe);
+  LatencyHidingStats stats;
+  Schedule s = hidden(*m, 96, &stats);
+  EXPECT_EQ(order(s), "rows sizes d.start a d e b.start z b out");
+  EXPECT_EQ(stats.pairs, 2);
+  EXPECT_EQ(stats.overlapped, 2);
+  EXPECT_EQ(stats.peak_in_flight_bytes, 96);
+  s = hidden(*m, 95, &stats);
+  EXPECT_EQ(order(s), "rows sizes a d.start d e b.start b z out");
+  EXPECT_EQ(stats.overlapped, 0);
+}
+
 TEST(LatencyHiding, NoPairsLeavesTheScheduleAlone) {
   auto m = parse(R"(module @none
 

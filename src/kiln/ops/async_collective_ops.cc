@@ -5,6 +5,9 @@
 //   s = all_gather_start(x [.., n, ..]), dim, mesh_axes, group_size  -> [.., n*g, ..]
 //   r = all_gather_done(s, x)                                        -> s's shape and buffer
 //   (reduce_scatter_start / _done and all_reduce_start / _done alike)
+//   s = ragged_all_to_all_start(x, sizes), ...  -> ragged_all_to_all's result
+//   r = ragged_all_to_all_done(s, x)            -> s's shape and buffer
+// (the ragged start reads `sizes` only when it posts the exchange, so the done keeps just x)
 //
 // The start's result is the buffer the collective writes while it is in flight; the done
 // returns that buffer (a view: no copy, sched/logical_buffers.cc) once the collective has
@@ -37,12 +40,15 @@ std::vector<std::vector<int>> done_dim_map(const ir::Instr& instr) {
   return map;
 }
 
+// `sizes`: the ragged pair's second operand (s32 counts), empty for the others.
 std::string example(std::string_view op, std::string_view shape, std::string_view result, std::string_view attrs,
-                    bool with_done) {
+                    std::string_view sizes, bool with_done) {
   std::string text = fmt::format("module @ex\n\nENTRY computation @main {{\n  %x = {} parameter(), index=0\n", shape);
-  if (!with_done) return text + fmt::format("  ROOT %s = {} {}_start(%x), {}\n}}\n", result, op, attrs);
-  return text + fmt::format("  %s = {} {}_start(%x), {}\n  ROOT %r = {} {}_done(%s, %x)\n}}\n", result, op, attrs,
-                            result, op);
+  if (!sizes.empty()) text += fmt::format("  %sizes = {} parameter(), index=1\n", sizes);
+  const std::string args = sizes.empty() ? "%x" : "%x, %sizes";
+  if (!with_done) return text + fmt::format("  ROOT %s = {} {}_start({}), {}\n}}\n", result, op, args, attrs);
+  return text + fmt::format("  %s = {} {}_start({}), {}\n  ROOT %r = {} {}_done(%s, %x)\n}}\n", result, op, args,
+                            attrs, result, op);
 }
 
 }  // namespace
@@ -52,21 +58,26 @@ void register_async_collective_ops(OpTable& table) {
     Opcode sync, start, done;
     const char* name;
     const char* shape;
+    const char* result;
     const char* attrs;
+    const char* sizes = "";  // ragged: the counts operand of the example
   };
   const Pair pairs[] = {
-      {Opcode::kAllGather, Opcode::kAllGatherStart, Opcode::kAllGatherDone, "all_gather", "f32[2,3]",
+      {Opcode::kAllGather, Opcode::kAllGatherStart, Opcode::kAllGatherDone, "all_gather", "f32[2,3]", "f32[2,3]",
        "dim=1, mesh_axes=fsdp, group_size=1"},
       {Opcode::kReduceScatter, Opcode::kReduceScatterStart, Opcode::kReduceScatterDone, "reduce_scatter", "f32[4,2]",
-       "dim=0, mesh_axes=data, group_size=1"},
-      {Opcode::kAllReduce, Opcode::kAllReduceStart, Opcode::kAllReduceDone, "all_reduce", "f32[3]",
+       "f32[4,2]", "dim=0, mesh_axes=data, group_size=1"},
+      {Opcode::kAllReduce, Opcode::kAllReduceStart, Opcode::kAllReduceDone, "all_reduce", "f32[3]", "f32[3]",
        "mesh_axes=\"fsdp,expert\", group_size=1"},
+      // The global form (two groups of two) with a capacity cut: the start moves the rows.
+      {Opcode::kRaggedAllToAll, Opcode::kRaggedAllToAllStart, Opcode::kRaggedAllToAllDone, "ragged_all_to_all",
+       "f32[4,3,2]", "f32[4,4,2]", "group_size=2, rows=3, slot=2, reverse=0", "s32[4,2]"},
   };
   for (const Pair& p : pairs) {
     const OpDef& sync = table.get(p.sync);  // registered before (registry.cc orders the families)
     OpDef start;
     start.opcode = p.start;
-    start.min_operands = start.max_operands = 1;
+    start.min_operands = start.max_operands = sync.max_operands;
     start.device_dependent = true;
     start.attrs = sync.attrs;
     start.infer = sync.infer;
@@ -74,7 +85,10 @@ void register_async_collective_ops(OpTable& table) {
     start.grad = GradKind::kNone;
     start.dim_map = sync.dim_map;
     start.cost = sync.cost;
-    start.examples = {OpExample{example(p.name, p.shape, p.shape, p.attrs, false)}};
+    // Sizes in [-1, 3): empty, cut and negative blocks (as ragged_all_to_all's own examples).
+    const std::vector<std::pair<double, double>> ranges =
+        *p.sizes ? std::vector<std::pair<double, double>>{{-2, 2}, {-1, 3}} : std::vector<std::pair<double, double>>{};
+    start.examples = {OpExample{example(p.name, p.shape, p.result, p.attrs, p.sizes, false), ranges}};
     table.add(std::move(start));
 
     OpDef done;
@@ -89,7 +103,7 @@ void register_async_collective_ops(OpTable& table) {
     done.grad = GradKind::kNone;
     done.dim_map = done_dim_map;
     done.cost = internal::zero_cost;  // the data moved in the start
-    done.examples = {OpExample{example(p.name, p.shape, p.shape, p.attrs, true)}};
+    done.examples = {OpExample{example(p.name, p.shape, p.result, p.attrs, p.sizes, true), ranges}};
     table.add(std::move(done));
   }
 }

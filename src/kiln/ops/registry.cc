@@ -37,8 +37,8 @@ const OpTable& registry() {
     register_attention_ops(*t);
     register_grouped_matmul_ops(*t);
     register_collective_ops(*t);
-    register_async_collective_ops(*t);  // after the collectives: copies their rules
     register_ragged_all_to_all_op(*t);
+    register_async_collective_ops(*t);  // after the collectives and ragged: copies their rules
     return t;
   }();
   return *table;

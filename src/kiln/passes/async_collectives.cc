@@ -21,6 +21,7 @@ constexpr AsyncPair kPairs[] = {
     {Opcode::kAllGather, Opcode::kAllGatherStart, Opcode::kAllGatherDone},
     {Opcode::kReduceScatter, Opcode::kReduceScatterStart, Opcode::kReduceScatterDone},
     {Opcode::kAllReduce, Opcode::kAllReduceStart, Opcode::kAllReduceDone},
+    {Opcode::kRaggedAllToAll, Opcode::kRaggedAllToAllStart, Opcode::kRaggedAllToAllDone},
 };
 
 const AsyncPair* pair_of_sync(Opcode op) {
@@ -58,8 +59,9 @@ Result<bool> AsyncCollectivesPass::run(ir::Module& module) {
   ops::Builder b(&comp);
   for (Instr* c : sync) {
     const AsyncPair& p = *pair_of_sync(c->opcode());
+    // The start takes every operand (ragged: x and its sizes); the done keeps x alive.
     Instr* x = c->operand(0);
-    Instr* start = b.emit(p.start, {x}, c->attrs(), c->shape());
+    Instr* start = b.emit(p.start, c->operands(), c->attrs(), c->shape());
     Instr* done = b.emit(p.done, {start, x}, {}, c->shape());
     start->mutable_meta() = c->meta();
     done->mutable_meta() = c->meta();

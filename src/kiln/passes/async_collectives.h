@@ -1,6 +1,6 @@
-// AsyncCollectivesPass ("async_collectives"): every all_gather, reduce_scatter and all_reduce
-// of the entry computation becomes a start/done pair (ops/async_collective_ops.cc), as XLA's
-// async collective creator does:
+// AsyncCollectivesPass ("async_collectives"): every all_gather, reduce_scatter, all_reduce
+// and ragged_all_to_all of the entry computation becomes a start/done pair
+// (ops/async_collective_ops.cc), as XLA's async collective creator does:
 //     %g = f32[8,6] all_gather(%w), dim=0, group_size=2, mesh_axes=fsdp
 // ->  %g.start = f32[8,6] all_gather_start(%w), dim=0, group_size=2, mesh_axes=fsdp
 //     %g = f32[8,6] all_gather_done(%g.start, %w)
@@ -8,7 +8,8 @@
 // sched/latency_hiding.h then moves each start early and each done late, so compute runs
 // while the data moves. Both halves keep the collective's metadata (its name, so recomputed
 // all-gathers stay "*.regather" and are scheduled lazily).
-// ragged_all_to_all stays synchronous (its return needs the counts of a first exchange).
+// A ragged start takes x and its sizes, its done (start, x): the sizes are read when the
+// exchange is posted.
 //
 // Place: last in the backend's pipeline, after fusion: the pair is not fusible and nothing
 // after it should see two instructions where one collective was.

@@ -18,7 +18,8 @@ bool is_async_done(const Instr& instr) {
   switch (instr.opcode()) {
     case Opcode::kAllGatherDone:
     case Opcode::kReduceScatterDone:
-    case Opcode::kAllReduceDone: return true;
+    case Opcode::kAllReduceDone:
+    case Opcode::kRaggedAllToAllDone: return true;
     default: return false;
   }
 }
@@ -27,7 +28,8 @@ bool is_async_start(const Instr& instr) {
   switch (instr.opcode()) {
     case Opcode::kAllGatherStart:
     case Opcode::kReduceScatterStart:
-    case Opcode::kAllReduceStart: return true;
+    case Opcode::kAllReduceStart:
+    case Opcode::kRaggedAllToAllStart: return true;
     default: return false;
   }
 }
@@ -86,7 +88,11 @@ class ReaderSinker {
   int run() {
     int moved = 0;
     for (const Instr* done : l_.pending) {
-      if (!is_async_done(*done) || done->opcode() == Opcode::kAllGatherDone) continue;
+      // (Gathered weights and exchanged tokens are read at once by compute that needs them.)
+      if (!is_async_done(*done) || done->opcode() == Opcode::kAllGatherDone ||
+          done->opcode() == Opcode::kRaggedAllToAllDone) {
+        continue;
+      }
       const Instr* reader = nullptr;
       bool single = true;
       for (const Instr* u : done->users()) {
@@ -240,6 +246,11 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
                                      [&](const Instr* u) { return u == start || u == done; });
     int earliest = 0;  // after the sources
     if (!carried && !is_source(x)) earliest = base_pos.count(x) ? base_pos.at(x) + 1 : gap.at(x);
+    // A ragged start's sizes: computed beside the rows (the router's counts), never carried.
+    for (const Instr* o : start->operands()) {
+      if (o == x || is_source(o)) continue;
+      earliest = std::max(earliest, base_pos.count(o) ? base_pos.at(o) + 1 : gap.at(o));
+    }
     const int64_t bytes = window_bytes(*start, &model);
     auto widest = [&](int d) {
       int s = d;

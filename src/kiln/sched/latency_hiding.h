@@ -3,7 +3,9 @@
 // its start/done pairs apart: each done moves as late as its first reader allows and each
 // start as early as its operand allows, so the compute between them runs while the data
 // moves: the all-gather of layer i+1's weights starts while layer i computes, and a
-// layer's gradient reduce-scatter completes while earlier layers' backward runs.
+// layer's gradient reduce-scatter completes while earlier layers' backward runs. A ragged
+// all-to-all's start waits for all its operands (the rows and their counts); its window
+// charges its worst-case receive buffer.
 //
 // Memory limit. Moving a start early makes its result buffer live sooner, and moving a done
 // late keeps its operand (for a reduce-scatter, the whole unreduced gradient) alive longer.

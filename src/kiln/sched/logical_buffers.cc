@@ -17,7 +17,8 @@ bool is_view(const Instr& instr) {
     // An async collective's done returns the buffer its start wrote (ops/async_collective_ops.cc).
     case Opcode::kAllGatherDone:
     case Opcode::kReduceScatterDone:
-    case Opcode::kAllReduceDone: return true;
+    case Opcode::kAllReduceDone:
+    case Opcode::kRaggedAllToAllDone: return true;
     default: return false;
   }
 }

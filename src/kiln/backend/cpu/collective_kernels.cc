@@ -234,7 +234,7 @@ void progress_collectives() {
     const char* env = std::getenv("KILN_COLLECTIVE_PROGRESS");
     return env == nullptr || std::string(env) != "0";
   }();
-  if (enabled && !in_flight().empty()) ops::current_device().collectives->progress();
+  if (enabled && (!in_flight().empty() || ragged_collectives_in_flight())) ops::current_device().collectives->progress();
 }
 
 std::vector<NativeKernelEntry> collective_kernels() {

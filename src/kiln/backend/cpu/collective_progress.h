@@ -10,5 +10,7 @@
 namespace kiln::backend::cpu {
 
 void progress_collectives();
+// Whether this thread has ragged exchanges in flight (ragged_all_to_all_kernel.cc).
+bool ragged_collectives_in_flight();
 
 }  // namespace kiln::backend::cpu

@@ -97,9 +97,12 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
     if (!sched::is_async_start(*instr)) continue;
     const std::string kind(ir::opcode_name(instr->opcode()));
     ++report_.async_by_kind[kind];
-    // As spmd::count_collectives: what arrives for a gather, what is summed otherwise.
+    // As spmd::count_collectives: what arrives for a gather, what is summed otherwise, a
+    // ragged exchange's worst-case buffer.
     const bool gather = instr->opcode() == Opcode::kAllGatherStart;
-    report_.async_bytes_by_kind[kind] += gather ? instr->shape().byte_size() : instr->operand(0)->shape().byte_size();
+    const int64_t in = instr->operand(0)->shape().byte_size(), arrives = instr->shape().byte_size();
+    report_.async_bytes_by_kind[kind] +=
+        gather ? arrives : instr->opcode() == Opcode::kRaggedAllToAllStart ? std::max(in, arrives) : in;
   }
 
   // Generated kernels: one per distinct fusion body.
