@@ -65,11 +65,15 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
                  entry.param(static_cast<int>(program.nu_arg(i)))->shape().byte_size();
   }
   opt_bytes += entry.param(static_cast<int>(program.step_arg()))->shape().byte_size();
+  int64_t copy_bytes = 0;  // bf16_weight_copy: state too, written by the optimizer
+  for (int64_t k = 0; k < program.num_copies(); ++k) {
+    copy_bytes += entry.param(static_cast<int>(program.copy_arg(k)))->shape().byte_size();
+  }
   // From the buffer assignment: activations are the arena bytes the forward pass keeps for
   // the backward pass; temporaries everything else one run adds (the rest of the arena,
   // outputs of their own, kernel scratch, constants, the batch). docs/backend.md.
   int64_t activations = r.saved_activation_bytes;
-  int64_t temporaries = r.planned_peak_bytes - param_bytes - opt_bytes - activations;
+  int64_t temporaries = r.planned_peak_bytes - param_bytes - opt_bytes - copy_bytes - activations;
 
   nlohmann::ordered_json j;
   j["model"] = cfg.get_string("model_name");
@@ -100,9 +104,10 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   j["compile_seconds"] = r.compile_seconds;
   j["memory_per_device_bytes"] = {{"parameters", param_bytes},
                                   {"optimizer_state", opt_bytes},
+                                  {"bf16_weight_copies", copy_bytes},
                                   {"activations", activations},
                                   {"temporaries", temporaries},
-                                  {"total", param_bytes + opt_bytes + activations + temporaries}};
+                                  {"total", param_bytes + opt_bytes + copy_bytes + activations + temporaries}};
   j["memory_plan"] = {{"schedule", r.schedule},
                       {"arena_bytes", r.arena_bytes},
                       {"output_bytes", r.output_bytes},
@@ -150,9 +155,12 @@ void print_text(const nlohmann::ordered_json& j) {
   }
   std::printf("  compile: %.2f s, %lld kernel libraries built (0 = all cached)\n", j["compile_seconds"].get<double>(),
               j["kernels_compiled"].get<long long>());
-  std::printf("  memory per device: %s total = parameters %s + optimizer state %s + activations %s + temporaries %s\n",
+  const std::string copies = mem["bf16_weight_copies"].get<int64_t>() > 0
+                                 ? " + bf16 weight copies " + gib(mem["bf16_weight_copies"])
+                                 : std::string();
+  std::printf("  memory per device: %s total = parameters %s + optimizer state %s%s + activations %s + temporaries %s\n",
               gib(mem["total"]).c_str(), gib(mem["parameters"]).c_str(), gib(mem["optimizer_state"]).c_str(),
-              gib(mem["activations"]).c_str(), gib(mem["temporaries"]).c_str());
+              copies.c_str(), gib(mem["activations"]).c_str(), gib(mem["temporaries"]).c_str());
   auto plan = j["memory_plan"];
   std::printf("  memory plan: %s schedule, arena %s, outputs %s, kernel scratch %s; %lld fusion outputs in place, "
               "%lld state outputs donated in place\n",

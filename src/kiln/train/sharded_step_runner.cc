@@ -20,6 +20,7 @@ class ShardedRunner : public StepRunner {
     local_.module = std::move(partition_.module);
     local_.num_params = global.num_params;
     local_.decay = global.decay;
+    local_.weight_copy_of = global.weight_copy_of;
     local_.has_expert_load = global.has_expert_load;
     for (int64_t d = 0; d < world_->local_devices(); ++d) {
       contexts_.push_back(ops::DeviceContext{mesh_, world_->first_device() + d, &world_->device(d)});
@@ -177,6 +178,10 @@ Result<spmd::PartitionOptions> step_partition_options(const config::Config& conf
       o.seeds.params[arg] = s;
       o.seeds.outputs[arg] = s;  // state outputs mirror the state arguments
     }
+  }
+  for (int64_t k = 0; k < program.num_copies(); ++k) {  // a bf16 weight copy is sharded like its parameter
+    const int64_t arg = program.copy_arg(k);
+    o.seeds.params[arg] = o.seeds.outputs[arg] = o.seeds.params[program.param_arg(program.weight_copy_of[k])];
   }
   o.seeds.params[program.step_arg()] = ir::Sharding{};
   o.seeds.outputs[program.step_arg()] = ir::Sharding{};

@@ -4,6 +4,7 @@
 #include "kiln/base/check.h"
 #include "kiln/frontend/graph.h"
 #include "kiln/optim/clip.h"
+#include "kiln/train/weight_copies.h"
 
 namespace kiln::train {
 
@@ -34,6 +35,8 @@ Result<StepProgramOptions> StepProgramOptions::from_config(const config::Config&
   o.clip_threshold = config.get_float("gradient_clipping_threshold");
   o.batch = config.derived().micro_batch_size;
   o.seq_len = config.get_int("max_target_length");
+  o.weight_copies = config.get_bool("bf16_weight_copy") && config.get_string("dtype") == "bfloat16" &&
+                    config.get_string("weight_dtype") == "float32";
   return o;
 }
 
@@ -91,6 +94,12 @@ Result<StepProgram> build_step_program(const models::Model& model, const StepPro
                         autodiff::gradients(g.computation(), losses.loss.instr(), wrt));
   std::vector<Tensor> grads;
   for (ir::Instr* gi : grad_instrs) grads.push_back(Tensor(&g, gi));
+  // The forward and backward read each weight's bf16 copy instead of casting it (after
+  // autodiff: the casts' adjoints already carry the gradients to the f32 parameters).
+  const int64_t copies_begin = static_cast<int64_t>(g.parameters().size());
+  std::vector<WeightCopy> copies;
+  if (options.weight_copies) copies = attach_weight_copies(g, params);
+  for (const WeightCopy& c : copies) program.weight_copy_of.push_back(c.param);
 
   // Optimizer: clip, schedule, AdamW.
   optim::Clipped clipped = optim::clip_by_global_norm(grads, options.clip_threshold);
@@ -107,6 +116,10 @@ Result<StepProgram> build_step_program(const models::Model& model, const StepPro
   outputs.insert(outputs.end(), update.mu.begin(), update.mu.end());
   outputs.insert(outputs.end(), update.nu.begin(), update.nu.end());
   outputs.push_back((step + 1.0).named("next_step"));
+  for (const WeightCopy& c : copies) {
+    auto scope = g.scope("adamw");
+    outputs.push_back(update.params[c.param].astype(DType::kBF16).named("bf16_copy"));
+  }
   // Metrics, in StepMetric order.
   KILN_ASSIGN_OR_RETURN(Tensor xent, scalar_f32(g, losses.xent_sum, "xent_sum"));
   KILN_ASSIGN_OR_RETURN(Tensor weights, scalar_f32(g, losses.total_weights, "total_weights"));
@@ -128,6 +141,8 @@ Result<StepProgram> build_step_program(const models::Model& model, const StepPro
   KILN_CHECK(static_cast<int64_t>(outputs.size()) == program.num_outputs());
   g.set_outputs(outputs);
   program.module = g.release();
+  // The copies were traced last; as state they sit after the step counter (StepProgram's layout).
+  if (!copies.empty()) program.module = move_params(std::move(program.module), program.copy_arg(0), copies_begin);
   return program;
 }
 

@@ -2,12 +2,14 @@
 // buffer assignment, the compiled backend) works on, as MaxText's jit(train_step):
 //
 //   inputs:  params[n] (weight_dtype), mu[n] (mu_dtype), nu[n], step (s32 []: optax's count),
-//            batch inputs, targets, positions, segmentation (s32 [B, T] each)
+//            copies[c] (bf16 copies of the weights the model casts to bf16; bf16_weight_copy,
+//            train/weight_copies.h; none in f32 runs), batch inputs, targets, positions,
+//            segmentation (s32 [B, T] each)
 //   body:    model loss -> autodiff::gradients -> clip_by_global_norm -> schedule -> AdamW
-//   outputs: params'[n], mu'[n], nu'[n], step + 1, then the metrics in StepMetric order
+//   outputs: params'[n], mu'[n], nu'[n], step + 1, copies'[c], then the metrics in StepMetric order
 //
 // The state outputs have the shapes of the state inputs, so a runtime can alias them
-// (donate the state); the trainer feeds outputs 0 .. 3n back as the next step's inputs.
+// (donate the state); the trainer feeds outputs 0 .. 3n + c back as the next step's inputs.
 // The init program is a separate module with no inputs whose outputs are the initial
 // parameters (the ParamSpec initialisers as Graph::random draws seeded by init_weights_seed).
 #pragma once
@@ -47,6 +49,9 @@ struct StepProgramOptions {
   double clip_threshold = 1.0;  // gradient_clipping_threshold (0 = off)
   int64_t batch = 1;            // sequences per step (the micro batch: per-device × devices)
   int64_t seq_len = 1;          // max_target_length
+  // bf16_weight_copy with dtype=bfloat16 and weight_dtype=float32: the bf16 copy of every
+  // weight the model casts to bf16 is step state written by AdamW (train/weight_copies.h).
+  bool weight_copies = false;
 
   static Result<StepProgramOptions> from_config(const config::Config& config);
 };
@@ -61,10 +66,17 @@ struct StepProgram {
   int64_t mu_arg(int64_t i) const { return num_params + i; }
   int64_t nu_arg(int64_t i) const { return 2 * num_params + i; }
   int64_t step_arg() const { return 3 * num_params; }
-  int64_t batch_arg(int field) const { return 3 * num_params + 1 + field; }  // inputs, targets, positions, segmentation
-  int64_t num_args() const { return 3 * num_params + 5; }
+  // Weight copy k is the bf16 copy of parameter weight_copy_of[k] (derived state: not
+  // checkpointed; refresh_weight_copies makes it from the parameter).
+  std::vector<int64_t> weight_copy_of;
+  int64_t num_copies() const { return static_cast<int64_t>(weight_copy_of.size()); }
+  int64_t copy_arg(int64_t k) const { return 3 * num_params + 1 + k; }
+  int64_t batch_arg(int field) const {  // inputs, targets, positions, segmentation
+    return 3 * num_params + 1 + num_copies() + field;
+  }
+  int64_t num_args() const { return 3 * num_params + 5 + num_copies(); }
   // Output positions: state outputs mirror the state arguments; the metrics follow.
-  int64_t num_state() const { return 3 * num_params + 1; }
+  int64_t num_state() const { return 3 * num_params + 1 + num_copies(); }
   int64_t metric_output(StepMetric m) const { return num_state() + static_cast<int64_t>(m); }
   // MoE models: one more output after the metrics, f32 [MoE layers, 3] (max and mean
   // (token, expert) pairs per expert, dropped pairs; models::LossOutputs::expert_load).

@@ -12,6 +12,7 @@
 
 #include "kiln/base/check.h"
 #include "kiln/train/data_source.h"
+#include "kiln/train/weight_copies.h"
 #include "kiln/interp/interpreter.h"
 
 namespace kiln::train {
@@ -232,6 +233,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   } else if (!params_path.empty()) {
     KILN_RETURN_IF_ERROR(t->restore(params_path, /*full_state=*/false, specs, step_options.adamw.mu_dtype));
   }
+  // The bf16 weight copies are derived state: one cast of the parameters, fresh or restored.
+  KILN_RETURN_IF_ERROR(refresh_weight_copies(*t->runner_, t->program_));
   t->log_period_ = std::max<int64_t>(1, config.get_int("log_period"));
   if (options.write_metrics_file) {
     std::string path = (std::filesystem::path(t->output_dir_) / "metrics.jsonl").string();
