@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kiln/base/strings.h"
+#include "kiln/passes/all_gather_combiner.h"
 #include "kiln/passes/all_reduce_combiner.h"
 #include "kiln/passes/async_collectives.h"
 #include "kiln/passes/cse.h"
@@ -10,6 +11,7 @@
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/multi_output_fusion.h"
 #include "kiln/passes/product_result_dtype.h"
+#include "kiln/passes/reduce_scatter_combiner.h"
 #include "kiln/passes/regather.h"
 #include "kiln/passes/remat.h"
 #include "kiln/passes/simplify.h"
@@ -30,6 +32,10 @@ const std::vector<PassInfo>& registered_passes() {
        [] { return std::make_unique<RematPass>(RematPolicy::from_name("full").value()); }},
       {"all_reduce_combiner", "merges independent small all-reduces over the same devices into one",
        [] { return std::make_unique<AllReduceCombinerPass>(); }},
+      {"all_gather_combiner", "merges independent small all-gathers over the same devices needed at one compute step",
+       [] { return std::make_unique<AllGatherCombinerPass>(); }},
+      {"reduce_scatter_combiner", "merges independent small reduce-scatters over the same devices ready at one compute step",
+       [] { return std::make_unique<ReduceScatterCombinerPass>(); }},
       {"regather", "gathers sharded weights again in the backward pass instead of keeping the forward's copy",
        [] { return std::make_unique<RegatherPass>(); }},
       {"product_result_dtype", "a bf16 product widened by a convert writes the wide result itself (one rounding less)",

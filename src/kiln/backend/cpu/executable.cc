@@ -23,10 +23,12 @@
 #include "kiln/base/check.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ops/registry.h"
+#include "kiln/passes/all_gather_combiner.h"
 #include "kiln/passes/async_collectives.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/multi_output_fusion.h"
+#include "kiln/passes/reduce_scatter_combiner.h"
 #include "kiln/passes/regather.h"
 #include "kiln/passes/registry.h"
 #include "kiln/passes/remat.h"
@@ -85,6 +87,11 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   pipeline.add(std::make_unique<passes::RematPass>(std::move(remat)));
   // After remat, whose recomputed layers read the gathered weights in the backward pass too.
   if (regather) pipeline.add(std::make_unique<passes::RegatherPass>());
+  // After regather (forward gathers and backward re-gathers combine each among their own),
+  // before fusion (which sees the copies around a combined collective) and async_collectives
+  // (a combined collective becomes one start/done pair).
+  pipeline.add(std::make_unique<passes::AllGatherCombinerPass>());
+  pipeline.add(std::make_unique<passes::ReduceScatterCombinerPass>());
   // Last: fusion must see the final graph, and the kernels are generated from its output.
   pipeline.add(std::make_unique<passes::FusionPass>(!options.fuse));
   if (options.fuse) pipeline.add(std::make_unique<passes::MultiOutputFusionPass>());
