@@ -64,7 +64,13 @@ int64_t window_bytes(const Instr& start, const BufferModel* model) {
   return bytes;
 }
 
-bool is_source(const Instr* i) { return i->opcode() == Opcode::kParameter || i->opcode() == Opcode::kConstant; }
+// Parameters, constants and views of them (a weight reshaped for a combined all-gather's
+// concatenation): nothing to run, so they go first and a collective's operand made of them
+// counts as made from arguments.
+bool is_source(const Instr* i) {
+  if (i->opcode() == Opcode::kParameter || i->opcode() == Opcode::kConstant) return true;
+  return is_view(*i) && !is_async_done(*i) && i->operands().size() == 1 && is_source(i->operand(0));
+}
 
 // The non-async part of the schedule, with the async instructions' places between its
 // entries ("gap" k: right before base[k]).
