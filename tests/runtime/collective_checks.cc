@@ -160,6 +160,38 @@ Status check_reduce_scatter(Collectives& c, const Group& group, size_t count, Re
                  expected_sum(group, seed, count, r * count, count * n, dtype));
 }
 
+Status check_all_gather_blocked(Collectives& c, const Group& group, size_t bytes, size_t outer,
+                                uint64_t seed) {
+  // in [outer][b] on every member -> out [outer][rank][b]
+  size_t n = group.size(), b = bytes / outer;
+  std::vector<uint8_t> in = bytes_of(c.device(), seed, bytes);
+  std::vector<uint8_t> out(bytes * n, 0xee);
+  KILN_RETURN_IF_ERROR(c.all_gather_blocked(group, in.data(), bytes, out.data(), outer)->wait());
+  std::vector<uint8_t> want;
+  for (size_t o = 0; o < outer; ++o) {
+    for (int64_t d : group) {
+      std::vector<uint8_t> part = bytes_of(d, seed, bytes);
+      want.insert(want.end(), part.begin() + o * b, part.begin() + (o + 1) * b);
+    }
+  }
+  return compare("all_gather_blocked", group, c.device(), out, want);
+}
+
+Status check_reduce_scatter_blocked(Collectives& c, const Group& group, size_t count, size_t outer,
+                                    ReduceDType dtype, uint64_t seed) {
+  // in [outer][n][k] on every member -> out [outer][k], the sums of column my_rank
+  size_t n = group.size(), es = reduce_dtype_size(dtype), r = rank_in(group, c.device()), k = count / outer;
+  std::vector<uint8_t> in = elements_of(c.device(), seed, count * n, dtype);
+  std::vector<uint8_t> out(count * es, 0xee);
+  KILN_RETURN_IF_ERROR(c.reduce_scatter_blocked(group, in.data(), out.data(), count, dtype, outer)->wait());
+  std::vector<uint8_t> want;
+  for (size_t o = 0; o < outer; ++o) {
+    std::vector<uint8_t> part = expected_sum(group, seed, k, (o * n + r) * k, count * n, dtype);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  return compare("reduce_scatter_blocked", group, c.device(), out, want);
+}
+
 Status check_all_reduce(Collectives& c, const Group& group, size_t count, ReduceDType dtype,
                         uint64_t seed, bool in_place) {
   size_t es = reduce_dtype_size(dtype);
@@ -264,8 +296,10 @@ Status check_everything(Collectives& c, int64_t inner) {
     ++seed;
     // Odd sizes: segments of unequal length, and counts that are not multiples of a block.
     KILN_RETURN_IF_ERROR(check_all_gather(c, g, 1001, seed));
+    KILN_RETURN_IF_ERROR(check_all_gather_blocked(c, g, 7 * 143, 7, seed));
     for (ReduceDType t : {ReduceDType::kF32, ReduceDType::kBF16, ReduceDType::kS32, ReduceDType::kF64}) {
       KILN_RETURN_IF_ERROR(check_reduce_scatter(c, g, 1500, t, seed));
+      KILN_RETURN_IF_ERROR(check_reduce_scatter_blocked(c, g, 5 * 301, 5, t, seed));
       KILN_RETURN_IF_ERROR(check_all_reduce(c, g, 2053, t, seed, /*in_place=*/false));
       KILN_RETURN_IF_ERROR(check_all_reduce(c, g, 7, t, seed, /*in_place=*/true));
     }

@@ -23,6 +23,11 @@ Group outer_group(int64_t device, int64_t num_devices, int64_t inner);
 Status check_all_gather(Collectives& c, const Group& group, size_t bytes, uint64_t seed);
 Status check_reduce_scatter(Collectives& c, const Group& group, size_t count, ReduceDType dtype,
                             uint64_t seed);
+// The blocked forms along an inner dimension (`outer` blocks per part).
+Status check_all_gather_blocked(Collectives& c, const Group& group, size_t bytes, size_t outer,
+                                uint64_t seed);
+Status check_reduce_scatter_blocked(Collectives& c, const Group& group, size_t count, size_t outer,
+                                    ReduceDType dtype, uint64_t seed);
 Status check_all_reduce(Collectives& c, const Group& group, size_t count, ReduceDType dtype,
                         uint64_t seed, bool in_place);
 Status check_all_to_all(Collectives& c, const Group& group, size_t chunk_bytes, uint64_t seed);

@@ -65,6 +65,17 @@ class Collectives {
   // bitwise identical whatever the timing; bf16 accumulates in f32, rounds once.
   virtual std::unique_ptr<Pending> reduce_scatter(const Group& group, const void* in, void* out,
                                                   size_t count, ReduceDType dtype) = 0;
+  // The same two along an inner dimension, without a packed copy: `in` and `out` are `outer`
+  // equal blocks. all_gather_blocked: in = [outer][b] (b = bytes / outer), out =
+  // [outer][rank][b]. reduce_scatter_blocked: in = [outer][rank][c] (c = count / outer
+  // elements), out = [outer][c] = the sum over members of their block column my_rank. outer
+  // must divide bytes (count). The default packs into staging and calls the contiguous form
+  // (blocked_collectives.cc); a world that can copy strided parts directly overrides them.
+  virtual std::unique_ptr<Pending> all_gather_blocked(const Group& group, const void* in,
+                                                      size_t bytes, void* out, size_t outer);
+  virtual std::unique_ptr<Pending> reduce_scatter_blocked(const Group& group, const void* in,
+                                                          void* out, size_t count,
+                                                          ReduceDType dtype, size_t outer);
   // out (count elements) = sum over members of `in`, in rank order; in == out is allowed.
   virtual std::unique_ptr<Pending> all_reduce(const Group& group, const void* in, void* out,
                                               size_t count, ReduceDType dtype) = 0;

@@ -29,7 +29,7 @@ Engine::~Engine() {
 
 std::unique_ptr<Pending> Engine::submit(std::shared_ptr<Op> op) {
   pending_.push_back(op);
-  advance_all();
+  advance_all(false);
   return std::make_unique<EnginePending>(this, std::move(op));
 }
 
@@ -39,10 +39,10 @@ Status Engine::run(std::shared_ptr<Op> op) {
   return wait(ref);
 }
 
-void Engine::advance_all() {
+void Engine::advance_all(bool waiting) {
   for (auto& op : pending_) {
     if (op->finished) continue;
-    Result<bool> r = op->advance();
+    Result<bool> r = op->advance(waiting);
     if (!r.ok()) {
       op->status = r.status();
       op->finished = true;
@@ -77,7 +77,7 @@ Status Engine::wait(Op& op) {
   waiter_->begin_wait();
   while (true) {
     uint64_t seen = waiter_->epoch();
-    advance_all();
+    advance_all(true);
     if (op.finished) return op.status;
     if (Status a = waiter_->aborted(); !a.ok()) {
       abandon_all(a);

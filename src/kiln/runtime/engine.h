@@ -22,7 +22,9 @@ class Op {
   virtual ~Op() = default;
   // Does whatever part of this device's work is possible now, without blocking. Returns true
   // when this device's part is complete (its buffers are no longer touched by anyone).
-  virtual Result<bool> advance() = 0;
+  // `waiting`: the device is blocked in a wait and would otherwise sleep, so it may do work
+  // that a slow member would do itself later (LocalWorld: a busy peer's copy).
+  virtual Result<bool> advance(bool waiting) = 0;
   // The global id of the member this op is waiting on now, for timeout messages.
   virtual int64_t blocked_on() const = 0;
   // The device gave up on this op (timeout or error elsewhere): afterwards nobody may touch
@@ -68,13 +70,13 @@ class Engine {
   Status wait(Op& op);
   // One non-blocking pass over the started ops (what a wait does between sleeps).
   void progress() {
-    if (!pending_.empty()) advance_all();
+    if (!pending_.empty()) advance_all(false);
   }
   double timeout_s() const { return timeout_s_; }
   double wait_seconds() const { return wait_seconds_; }
 
  private:
-  void advance_all();
+  void advance_all(bool waiting);
   void abandon_all(const Status& why);
 
   Waiter* waiter_;

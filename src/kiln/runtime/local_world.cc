@@ -29,6 +29,7 @@ const char* kind_name(Kind k) {
 // One member's arguments.
 struct Slot {
   bool arrived = false;
+  bool read_claimed = false;  // some member is doing (or did) this member's read
   bool read_done = false;
   bool copy_done = false;  // all_reduce only
   const void* in = nullptr;
@@ -41,6 +42,7 @@ struct Slot {
 struct Rendezvous {
   Kind kind;
   size_t size = 0;  // bytes (all_gather, all_to_all) or elements (reductions)
+  size_t outer = 1;  // blocks per part (the blocked all_gather / reduce_scatter)
   ReduceDType dtype = ReduceDType::kF32;
   std::vector<Slot> slots;
   size_t arrived = 0;
@@ -88,22 +90,19 @@ class LocalOp final : public Op {
   LocalOp(Kind kind, Group group, size_t rank, Shared* shared, std::shared_ptr<Rendezvous> rv)
       : Op(kind_name(kind), std::move(group)), rank_(rank), shared_(shared), rv_(std::move(rv)) {}
 
-  Result<bool> advance() override {
+  Result<bool> advance(bool waiting) override {
     std::unique_lock<std::mutex> lock(shared_->mu);
     Rendezvous& rv = *rv_;
     if (!rv.failed.ok()) return rv.failed;
     size_t n = rv.slots.size();
     if (rv.arrived < n) return false;
-    if (!read_claimed_) {
-      read_claimed_ = true;
-      ++rv.readers_active;
-      lock.unlock();
-      read();  // other members' buffers stay valid: they wait for read_done == n
-      lock.lock();
-      --rv.readers_active;
-      rv.slots[rank_].read_done = true;
-      ++rv.read_done;
-      shared_->bump();
+    if (!rv.slots[rank_].read_claimed) read_for(rank_, lock);
+    // Blocked on members that have not read yet (busy in a kernel): rather than sleep until
+    // they come back, do their reads into their own outs, which are reserved for this
+    // collective until their waits. Not while merely progressing: that would move the copy
+    // work onto this device while it has compute of its own to run.
+    for (size_t j = 0; waiting && j < n && rv.read_done < n; ++j) {
+      if (!rv.slots[j].read_claimed) read_for(j, lock);
     }
     if (rv.read_done < n) return false;
     if (rv.kind != Kind::kAllReduce) return true;
@@ -146,6 +145,20 @@ class LocalOp final : public Op {
     return group()[rank_];
   }
 
+  // Member r's read, done by this thread with `lock` (on the world's mutex) released.
+  void read_for(size_t r, std::unique_lock<std::mutex>& lock) {
+    Rendezvous& rv = *rv_;
+    rv.slots[r].read_claimed = true;
+    ++rv.readers_active;
+    lock.unlock();
+    read(r);  // the members' buffers stay valid: every one waits for read_done == n
+    lock.lock();
+    --rv.readers_active;
+    rv.slots[r].read_done = true;
+    ++rv.read_done;
+    shared_->bump();
+  }
+
   void abandon(const Status& why) override {
     std::unique_lock<std::mutex> lock(shared_->mu);
     // A member copying out of our buffers finishes first (a memcpy away).
@@ -158,23 +171,34 @@ class LocalOp final : public Op {
   }
 
  private:
-  void read() {
+  // Fills member r's out from every member's in (r's part of the collective).
+  void read(size_t r) {
     Rendezvous& rv = *rv_;
-    size_t n = rv.slots.size(), r = rank_;
+    size_t n = rv.slots.size();
     Slot& me = rv.slots[r];
     char* out = static_cast<char*>(me.out);
     auto in_of = [&](size_t i) { return static_cast<const char*>(rv.slots[i].in); };
     switch (rv.kind) {
-      case Kind::kAllGather:
-        for (size_t i = 0; i < n; ++i) {
-          if (out + i * rv.size != in_of(i)) std::memcpy(out + i * rv.size, in_of(i), rv.size);
+      case Kind::kAllGather: {
+        // out [outer][n][b] from every in [outer][b]
+        size_t b = rv.size / rv.outer;
+        for (size_t o = 0; o < rv.outer; ++o) {
+          for (size_t i = 0; i < n; ++i) {
+            char* to = out + (o * n + i) * b;
+            const char* from = in_of(i) + o * b;
+            if (to != from) std::memcpy(to, from, b);
+          }
         }
         break;
+      }
       case Kind::kReduceScatter: {
-        size_t es = reduce_dtype_size(rv.dtype);
+        // out [outer][c] = sum over members of their in [outer][n][c] at column r
+        size_t es = reduce_dtype_size(rv.dtype), c = rv.size / rv.outer;
         std::vector<const void*> srcs(n);
-        for (size_t i = 0; i < n; ++i) srcs[i] = in_of(i) + r * rv.size * es;
-        sum_in_rank_order(rv.dtype, srcs.data(), n, out, rv.size);
+        for (size_t o = 0; o < rv.outer; ++o) {
+          for (size_t i = 0; i < n; ++i) srcs[i] = in_of(i) + (o * n + r) * c * es;
+          sum_in_rank_order(rv.dtype, srcs.data(), n, out + o * c * es, c);
+        }
         break;
       }
       case Kind::kAllReduce: {
@@ -205,7 +229,6 @@ class LocalOp final : public Op {
   size_t rank_;
   Shared* shared_;
   std::shared_ptr<Rendezvous> rv_;
-  bool read_claimed_ = false;
   bool copied_ = false;
 };
 
@@ -236,17 +259,28 @@ class LocalCollectives final : public Collectives, public Waiter {
 
   std::unique_ptr<Pending> all_gather(const Group& group, const void* in, size_t bytes,
                                       void* out) override {
-    Slot s;
-    s.in = in;
-    s.out = out;
-    return start(Kind::kAllGather, group, bytes, ReduceDType::kF32, std::move(s));
+    return all_gather_blocked(group, in, bytes, out, 1);
   }
   std::unique_ptr<Pending> reduce_scatter(const Group& group, const void* in, void* out,
                                           size_t count, ReduceDType dtype) override {
+    return reduce_scatter_blocked(group, in, out, count, dtype, 1);
+  }
+  // Strided parts are copied (summed) straight into place: no staging.
+  std::unique_ptr<Pending> all_gather_blocked(const Group& group, const void* in, size_t bytes,
+                                              void* out, size_t outer) override {
+    if (outer == 0 || bytes % outer != 0) return fail(Kind::kAllGather, group, blocks_error(bytes, outer));
     Slot s;
     s.in = in;
     s.out = out;
-    return start(Kind::kReduceScatter, group, count, dtype, std::move(s));
+    return start(Kind::kAllGather, group, bytes, ReduceDType::kF32, std::move(s), outer);
+  }
+  std::unique_ptr<Pending> reduce_scatter_blocked(const Group& group, const void* in, void* out,
+                                                  size_t count, ReduceDType dtype, size_t outer) override {
+    if (outer == 0 || count % outer != 0) return fail(Kind::kReduceScatter, group, blocks_error(count, outer));
+    Slot s;
+    s.in = in;
+    s.out = out;
+    return start(Kind::kReduceScatter, group, count, dtype, std::move(s), outer);
   }
   std::unique_ptr<Pending> all_reduce(const Group& group, const void* in, void* out, size_t count,
                                       ReduceDType dtype) override {
@@ -290,8 +324,12 @@ class LocalCollectives final : public Collectives, public Waiter {
   }
 
  private:
+  static std::string blocks_error(size_t size, size_t outer) {
+    return fmt::format("{} blocks do not divide the part of {}", outer, size);
+  }
+
   std::unique_ptr<Pending> start(Kind kind, const Group& group, size_t size, ReduceDType dtype,
-                                 Slot slot) {
+                                 Slot slot, size_t outer = 1) {
     size_t n = group.size(), rank = n;
     for (size_t i = 0; i < n; ++i) {
       if (group[i] < 0 || group[i] >= num_devices_) {
@@ -315,19 +353,21 @@ class LocalCollectives final : public Collectives, public Waiter {
         rv = std::make_shared<Rendezvous>();
         rv->kind = kind;
         rv->size = size;
+        rv->outer = outer;
         rv->dtype = dtype;
         rv->slots.resize(n);
         it = shared_->open.emplace(key, rv).first;
       } else {
         rv = it->second;
       }
-      if (rv->failed.ok() && (rv->kind != kind || rv->size != size || rv->dtype != dtype)) {
+      if (rv->failed.ok() &&
+          (rv->kind != kind || rv->size != size || rv->dtype != dtype || rv->outer != outer)) {
         rv->failed = failed_precondition(
-            "collective #{} over devices {}: device {} called {} (size {}, {}) but an earlier "
-            "member called {} (size {}, {}); every member must call the same collectives in "
-            "the same order",
-            seq, group_to_string(group), device_, kind_name(kind), size, reduce_dtype_name(dtype),
-            kind_name(rv->kind), rv->size, reduce_dtype_name(rv->dtype));
+            "collective #{} over devices {}: device {} called {} (size {}, {}, {} blocks) but an "
+            "earlier member called {} (size {}, {}, {} blocks); every member must call the same "
+            "collectives in the same order",
+            seq, group_to_string(group), device_, kind_name(kind), size, reduce_dtype_name(dtype), outer,
+            kind_name(rv->kind), rv->size, reduce_dtype_name(rv->dtype), rv->outer);
       }
       slot.arrived = true;
       rv->slots[rank] = std::move(slot);

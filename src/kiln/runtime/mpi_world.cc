@@ -46,7 +46,7 @@ class MpiOp : public Op {
   MpiOp(const char* kind, Group group, MpiCollectives* dev, size_t rank)
       : Op(kind, std::move(group)), dev_(dev), rank_(rank) {}
 
-  Result<bool> advance() override {
+  Result<bool> advance(bool /*waiting*/) override {
     while (true) {
       KILN_ASSIGN_OR_RETURN(bool all, test_all());
       if (!all) return false;

@@ -2,8 +2,9 @@
 // straight from the operand to the runtime's collective (runtime/collectives.h) and back,
 // in its own dtype, without the reference evaluation's detour through doubles. The group
 // comes from the thread's device context at run time (the same executable serves every
-// virtual device). Chunks along a dimension other than the outermost are packed into a
-// contiguous staging buffer first.
+// virtual device). Chunks along a dimension other than the outermost go to the runtime's
+// blocked forms ([outer] blocks per part): virtual devices copy them straight into place,
+// MPI packs them into staging.
 //   all_gather     x [.., n, ..]   -> [.., n*g, ..]
 //   reduce_scatter x [.., n*g, ..] -> [.., n, ..]
 //   all_reduce     x               -> x
@@ -63,26 +64,12 @@ bool summable(const Instr& instr) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kS32 || t == DType::kF64;
 }
 
-// Copies chunk r (of g along the split dimension) of `from` for every r, rank-major: the
-// layout collectives use ([rank][outer, n/g, inner]).
-void pack(const std::byte* from, std::byte* to, const Layout& l, int64_t g) {
-  const int64_t chunk = l.n / g * l.inner_bytes;
-  for (int64_t r = 0; r < g; ++r) {
-    for (int64_t o = 0; o < l.outer; ++o) {
-      std::memcpy(to, from + (o * l.n * l.inner_bytes) + r * chunk, chunk);
-      to += chunk;
-    }
-  }
-}
-
-// A collective between its issue and its finish: the runtime's handle, and the staging
-// buffer it reads or writes (which must outlive the wait).
+// A collective between its issue and its finish: the runtime's handle.
 struct InFlight {
   std::unique_ptr<runtime::Pending> pending;  // null: nothing to wait for (one-device group)
-  std::vector<std::byte> staged;
 };
 
-// all_gather: into y directly when rank-major is already y's layout, else into staging.
+// all_gather: x [outer, n, inner] parts land as y [outer, rank * n, inner].
 InFlight issue_all_gather(const Instr& instr, const Buffer& x, void* y) {
   InFlight f;
   ops::CollectiveGroup g = ops::collective_group(instr);
@@ -92,32 +79,12 @@ InFlight issue_all_gather(const Instr& instr, const Buffer& x, void* y) {
     return f;
   }
   const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
-  void* target = y;
-  if (l.outer > 1) {
-    f.staged.resize(x.byte_size() * size);
-    target = f.staged.data();
-  }
-  f.pending = ops::current_device().collectives->all_gather(g.members, x.data(), x.byte_size(), target);
+  f.pending = ops::current_device().collectives->all_gather_blocked(g.members, x.data(), x.byte_size(), y,
+                                                                    static_cast<size_t>(l.outer));
   return f;
 }
 
-void finish_all_gather(const Instr& instr, InFlight& f, const ir::Shape& x_shape, void* y) {
-  if (f.pending) ops::wait_for(std::move(f.pending), instr);
-  if (f.staged.empty()) return;
-  // staged [rank][outer, n, inner] -> y [outer, rank * n, inner]
-  const Layout l = layout_of(x_shape, instr.attrs().get_int("dim"));
-  const int64_t x_bytes = x_shape.byte_size();
-  const int64_t size = static_cast<int64_t>(f.staged.size()) / x_bytes;
-  const int64_t block = l.n * l.inner_bytes;
-  auto* dst = static_cast<std::byte*>(y);
-  for (int64_t r = 0; r < size; ++r) {
-    for (int64_t o = 0; o < l.outer; ++o) {
-      std::memcpy(dst + (o * size + r) * block, f.staged.data() + r * x_bytes + o * block, block);
-    }
-  }
-}
-
-// reduce_scatter: chunks along an inner dimension are packed rank-major first.
+// reduce_scatter: x [outer, rank * n, inner] -> y [outer, n, inner], the sum of column my_rank.
 InFlight issue_reduce_scatter(const Instr& instr, const Buffer& x, Buffer& y) {
   InFlight f;
   ops::CollectiveGroup g = ops::collective_group(instr);
@@ -127,14 +94,9 @@ InFlight issue_reduce_scatter(const Instr& instr, const Buffer& x, Buffer& y) {
     return f;
   }
   const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
-  const void* source = x.data();
-  if (l.outer > 1) {
-    f.staged.resize(x.byte_size());
-    pack(static_cast<const std::byte*>(x.data()), f.staged.data(), l, size);
-    source = f.staged.data();
-  }
-  f.pending = ops::current_device().collectives->reduce_scatter(g.members, source, y.data(), y.num_elements(),
-                                                                reduce_dtype(x.shape().dtype()));
+  f.pending = ops::current_device().collectives->reduce_scatter_blocked(
+      g.members, x.data(), y.data(), y.num_elements(), reduce_dtype(x.shape().dtype()),
+      static_cast<size_t>(l.outer));
   return f;
 }
 
@@ -156,9 +118,8 @@ void finish_wait(const Instr& instr, InFlight& f) {
 
 Kernel all_gather_kernel(const Instr& instr) {
   return [&instr](std::span<const Value* const> in, Value& out) {
-    const Buffer& x = (*in[0])[0];
-    InFlight f = issue_all_gather(instr, x, out[0].data());
-    finish_all_gather(instr, f, x.shape(), out[0].data());
+    InFlight f = issue_all_gather(instr, (*in[0])[0], out[0].data());
+    finish_wait(instr, f);
   };
 }
 
@@ -200,15 +161,11 @@ Kernel start_kernel(const Instr& instr) {
 Kernel done_kernel(const Instr& instr) {
   const Instr* start = instr.operand(0);
   return [start](std::span<const Value* const> in, Value& out) {
-    out[0] = (*in[0])[0];  // the start's buffer, which the done may still unpack into
+    out[0] = (*in[0])[0];  // the start's buffer, which the wait may still fill (MPI unpacks)
     auto& table = in_flight();
     auto it = table.find(start);
     if (it == table.end()) return;
-    if (start->opcode() == ir::Opcode::kAllGatherStart) {
-      finish_all_gather(*start, it->second, start->operand(0)->shape(), out[0].data());
-    } else {
-      finish_wait(*start, it->second);
-    }
+    finish_wait(*start, it->second);
     table.erase(it);
   };
 }
