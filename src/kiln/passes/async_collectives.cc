@@ -1,5 +1,7 @@
 #include "kiln/passes/async_collectives.h"
 
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -24,7 +26,18 @@ constexpr AsyncPair kPairs[] = {
     {Opcode::kRaggedAllToAll, Opcode::kRaggedAllToAllStart, Opcode::kRaggedAllToAllDone},
 };
 
+// KILN_ASYNC_RAGGED=0 keeps ragged_all_to_all blocking (the other collectives still become
+// pairs), to measure what its pair buys.
+bool ragged_async() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("KILN_ASYNC_RAGGED");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
 const AsyncPair* pair_of_sync(Opcode op) {
+  if (op == Opcode::kRaggedAllToAll && !ragged_async()) return nullptr;
   for (const AsyncPair& p : kPairs) {
     if (p.sync == op) return &p;
   }
