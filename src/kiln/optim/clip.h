@@ -19,7 +19,7 @@ frontend::Tensor global_norm(std::span<const frontend::Tensor> tensors);
 struct Clipped {
   std::vector<frontend::Tensor> grads;  // clipped (or the inputs when threshold <= 0)
   frontend::Tensor raw_norm;            // global norm before clipping
-  frontend::Tensor norm;                // global norm after clipping
+  frontend::Tensor norm;                // global norm after clipping: raw_norm, or the threshold when clipped
 };
 
 // threshold <= 0 turns clipping off (MaxText's 0 = off); the norms are computed either way.
