@@ -7,10 +7,11 @@ the median step time of each (first step excluded: it warms caches) and their ra
 the collective time the run reports (`collective_wait` in the step log, when present), and
 each device's compute time (the profiler's attribution table, collectives and host time
 left out) beside the one-device step's, row by row, with the exposed collective time by kind.
-The sharded step runs twice: with collectives as async start/done pairs moved apart by the
+The sharded step runs four ways: with collectives as async start/done pairs moved apart by the
 latency-hiding scheduler (the default), the same without progress between kernels
 (KILN_COLLECTIVE_PROGRESS=0: a device does its part of a started collective only in a
-start or done) and with KILN_ASYNC_COLLECTIVES=0 (each collective one blocking kernel),
+start or done), the default without the all-gather and reduce-scatter combiners
+(KILN_COMBINE_THRESHOLD_KB=0) and with KILN_ASYNC_COLLECTIVES=0 (each collective one blocking kernel),
 side by side in one invocation so all see the same machine load.
 Virtual devices share the machine's cores (each gets cores / N threads), so on a 2-core
 machine the ideal ratio is 1.0: the same work split in two, run on half the cores each.
@@ -72,15 +73,17 @@ def main():
         runs = {}
         for name, env in (("sync", {"KILN_ASYNC_COLLECTIVES": "0"}),
                           ("async, no progress", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "0"}),
-                          ("async", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1"})):
+                          ("async", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1"}),
+                          ("async, not combined", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1",
+                                                   "KILN_COMBINE_THRESHOLD_KB": "0"})):
             runs[name] = run(a.kiln, a.model, sharded, a.steps, out, env)
     t1 = statistics.median(one[1:])
-    print("%-62s %10s %8s %10s" % ("run", "step (s)", "ratio", "wait (s)"))
-    print("%-62s %10.3f %8s %10s" % ("1 device", t1, "1.00", "-"))
+    print("%-70s %10s %8s %10s" % ("run", "step (s)", "ratio", "wait (s)"))
+    print("%-70s %10.3f %8s %10s" % ("1 device", t1, "1.00", "-"))
     for name, (many, waits, ln, an) in runs.items():
         tn = statistics.median(many[1:])
         wait = "%.3f" % statistics.median(waits[1:]) if waits else "-"
-        print("%-62s %10.3f %8.2f %10s" % ("%d devices, %s, %s collectives" % (a.devices, a.mesh, name), tn, tn / t1,
+        print("%-70s %10.3f %8.2f %10s" % ("%d devices, %s, %s collectives" % (a.devices, a.mesh, name), tn, tn / t1,
                                           wait))
     print("ratio target: <= 1.15 for fsdp=2 on 2 devices; wait = collective_wait, the median seconds per step a "
           "device spent blocked in collectives")
@@ -99,7 +102,8 @@ def main():
             print("compute per device / one-device compute, %s: %.2f (%.3f s vs %.3f s per step; ideal %.2f)"
                   % (name, cn / c1, cn, c1, ideal))
     keys = sorted(set(a1).union(*(set(r[3]) for r in runs.values())))
-    print("  %-38s %8s %8s %8s %8s" % ("seconds per step (device 0)", "1 dev", "sync", "no prog", "async"))
+    print("  %-38s %8s %8s %8s %8s %8s" % ("seconds per step (device 0)", "1 dev", "sync", "no prog", "async",
+                                           "no comb"))
     for k in keys:
         if k.startswith(NOT_COMPUTE[1:]) or k == "total":
             continue
