@@ -17,12 +17,15 @@
 //
 // What the start can post without blocking. A dispatch needs nothing from its peers (the
 // runtime learns the receive sizes from the senders): every entry's exchange is posted and
-// the start returns. A return sends back what each member sent it, which only the members
-// know: the start posts every entry's count exchange (one int64 per pair), waits for them
-// (all members must have reached the start) and then posts the row exchanges, so the rows
-// move during the window. The row exchange cannot be posted later from a progress call:
-// collectives must be posted in the same order on every member, and the moment a count
-// exchange completes differs between devices.
+// the start returns. A return sends back what each member sent it. The dispatch that
+// brought those rows learned the counts when it finished: a return whose operand is
+// computed from such a dispatch (same sizes operand, group and cut; found in the IR when
+// the kernel is made, so every device decides alike and the dispatch has always finished
+// earlier in the same run) reads them from this thread's table and posts its rows at once.
+// Any other return posts every entry's count exchange (one int64 per pair), waits for them
+// (all members must have reached the start) and then posts the rows. The rows cannot be
+// posted later from a progress call: collectives must be posted in the same order on every
+// member, and the moment a count exchange completes differs between devices.
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -31,6 +34,7 @@
 #include "kiln/backend/cpu/collective_progress.h"
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/base/check.h"
+#include "kiln/base/logging.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/ops/ragged_all_to_all.h"
 #include "kiln/runtime/collectives.h"
@@ -45,10 +49,56 @@ using ir::Instr;
 struct RaggedInFlight {
   std::vector<std::unique_ptr<runtime::Pending>> pending;
   std::vector<std::vector<size_t>> recv_bytes;
+  size_t row_bytes = 0;
 };
 
-// Zeroes y and posts the exchange of every entry (or copies locally without peers).
-RaggedInFlight issue_ragged(const Instr& instr, const Buffer& x, const int32_t* sizes, Buffer& y) {
+// Rows each member sent this device, per entry, by the dispatch (the sync op or the start)
+// that received them in this thread's latest run.
+using Counts = std::vector<std::vector<int64_t>>;
+std::unordered_map<const Instr*, Counts>& learned_counts() {
+  thread_local std::unordered_map<const Instr*, Counts> table;
+  return table;
+}
+
+bool same_exchange(const Instr& a, const Instr& b) {
+  for (const char* key : {"group_size", "rows", "slot"}) {
+    if (a.attrs().get_int(key) != b.attrs().get_int(key)) return false;
+  }
+  return a.attrs().has("mesh_axes") && b.attrs().has("mesh_axes") &&
+         a.attrs().get_string("mesh_axes") == b.attrs().get_string("mesh_axes") &&
+         a.operand(0)->shape().dim(0) == b.operand(0)->shape().dim(0);
+}
+
+// The dispatch a return's rows were computed from, with the same sizes operand and cut: its
+// received counts are the return's send counts. Searched breadth-first among the operand's
+// producers (a few instructions up: the experts' products, the reordering), bounded so a
+// return without one costs little; null when there is none.
+const Instr* counts_source(const Instr& ret) {
+  if (ret.attrs().get_int("reverse") == 0 || !ret.attrs().has("mesh_axes")) return nullptr;
+  constexpr size_t kMaxVisited = 4096;
+  std::vector<const Instr*> queue = {ret.operand(0)};
+  std::unordered_map<const Instr*, bool> seen = {{ret.operand(0), true}};
+  for (size_t i = 0; i < queue.size() && i < kMaxVisited; ++i) {
+    const Instr* at = queue[i];
+    const Instr* dispatch = at->opcode() == ir::Opcode::kRaggedAllToAll       ? at
+                            : at->opcode() == ir::Opcode::kRaggedAllToAllDone ? at->operand(0)
+                                                                              : nullptr;
+    if (dispatch != nullptr && dispatch->attrs().get_int("reverse") == 0 && dispatch->operand(1) == ret.operand(1) &&
+        same_exchange(*dispatch, ret)) {
+      KILN_VLOG(2) << "ragged return %" << ret.id() << " sends back the counts %" << dispatch->id() << " received";
+      return dispatch;
+    }
+    for (const Instr* o : at->operands()) {
+      if (seen.emplace(o, true).second) queue.push_back(o);
+    }
+  }
+  return nullptr;
+}
+
+// Zeroes y and posts the exchange of every entry (or copies locally without peers). A
+// return with a `source` dispatch sends back the counts that dispatch received.
+RaggedInFlight issue_ragged(const Instr& instr, const Buffer& x, const int32_t* sizes, Buffer& y,
+                            const Instr* source) {
   RaggedInFlight f;
   const bool reverse = instr.attrs().get_int("reverse") != 0;
   const int64_t rows = instr.attrs().get_int("rows"), slot = instr.attrs().get_int("slot");
@@ -83,7 +133,11 @@ RaggedInFlight issue_ragged(const Instr& instr, const Buffer& x, const int32_t* 
   // The return: the rows each member sent me go back to it; learn how many first, for every
   // entry at once (one meeting of the group instead of one per entry).
   std::vector<std::vector<int64_t>> mine(entries), theirs(entries, std::vector<int64_t>(g));
-  if (reverse) {
+  auto known = source != nullptr ? learned_counts().find(source) : learned_counts().end();
+  if (reverse && known != learned_counts().end()) {
+    KILN_CHECK(static_cast<int64_t>(known->second.size()) == entries) << instr.to_string();
+    theirs = known->second;
+  } else if (reverse) {
     std::vector<std::unique_ptr<runtime::Pending>> counts;
     for (int64_t l = 0; l < entries; ++l) {
       mine[l] = plans[l].count;
@@ -91,6 +145,7 @@ RaggedInFlight issue_ragged(const Instr& instr, const Buffer& x, const int32_t* 
     }
     for (auto& p : counts) ops::wait_for(std::move(p), instr);
   }
+  f.row_bytes = row_bytes;
   f.recv_bytes.assign(entries, std::vector<size_t>(g));  // sized once: the runtime keeps pointers
   for (int64_t l = 0; l < entries; ++l) {
     std::vector<size_t> send_off(g), send_bytes(g), recv_off(g);
@@ -111,14 +166,22 @@ RaggedInFlight issue_ragged(const Instr& instr, const Buffer& x, const int32_t* 
   return f;
 }
 
+// Waits; a dispatch keeps the counts it received for the returns that send them back.
 void finish_ragged(const Instr& instr, RaggedInFlight& f) {
   for (auto& p : f.pending) ops::wait_for(std::move(p), instr);
   f.pending.clear();
+  if (instr.attrs().get_int("reverse") != 0 || f.recv_bytes.empty() || f.row_bytes == 0) return;
+  Counts& counts = learned_counts()[&instr];
+  counts.assign(f.recv_bytes.size(), {});
+  for (size_t l = 0; l < f.recv_bytes.size(); ++l) {
+    for (size_t bytes : f.recv_bytes[l]) counts[l].push_back(static_cast<int64_t>(bytes / f.row_bytes));
+  }
 }
 
 Kernel ragged_all_to_all_kernel(const Instr& instr) {
-  return [&instr](std::span<const Value* const> in, Value& out) {
-    RaggedInFlight f = issue_ragged(instr, (*in[0])[0], (*in[1])[0].as<int32_t>(), out[0]);
+  const Instr* source = counts_source(instr);
+  return [&instr, source](std::span<const Value* const> in, Value& out) {
+    RaggedInFlight f = issue_ragged(instr, (*in[0])[0], (*in[1])[0].as<int32_t>(), out[0], source);
     finish_ragged(instr, f);
   };
 }
@@ -130,8 +193,9 @@ std::unordered_map<const Instr*, RaggedInFlight>& ragged_in_flight() {
 }
 
 Kernel ragged_start_kernel(const Instr& instr) {
-  return [&instr](std::span<const Value* const> in, Value& out) {
-    RaggedInFlight f = issue_ragged(instr, (*in[0])[0], (*in[1])[0].as<int32_t>(), out[0]);
+  const Instr* source = counts_source(instr);
+  return [&instr, source](std::span<const Value* const> in, Value& out) {
+    RaggedInFlight f = issue_ragged(instr, (*in[0])[0], (*in[1])[0].as<int32_t>(), out[0], source);
     if (!f.pending.empty()) ragged_in_flight()[&instr] = std::move(f);  // else: copied locally
   };
 }
