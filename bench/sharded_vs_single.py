@@ -12,7 +12,8 @@ latency-hiding scheduler (the default), the same without progress between kernel
 (KILN_COLLECTIVE_PROGRESS=0: a device does its part of a started collective only in a
 start or done), the default without the all-gather and reduce-scatter combiners
 (KILN_COMBINE_THRESHOLD_KB=0) and with KILN_ASYNC_COLLECTIVES=0 (each collective one blocking kernel),
-side by side in one invocation so all see the same machine load.
+side by side in one invocation so all see the same machine load; with an expert axis in the
+mesh, also the default with the token exchanges blocking (KILN_ASYNC_RAGGED=0).
 Virtual devices share the machine's cores (each gets cores / N threads), so on a 2-core
 machine the ideal ratio is 1.0: the same work split in two, run on half the cores each.
 
@@ -71,11 +72,15 @@ def main():
         one, _, l1, a1 = run(a.kiln, a.model, common + ["local_devices=1", "ici_fsdp_parallelism=1",
                                                    "per_device_batch_size=%d" % a.batch], a.steps, out)
         runs = {}
-        for name, env in (("sync", {"KILN_ASYNC_COLLECTIVES": "0"}),
-                          ("async, no progress", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "0"}),
-                          ("async", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1"}),
-                          ("async, not combined", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1",
-                                                   "KILN_COMBINE_THRESHOLD_KB": "0"})):
+        variants = [("sync", {"KILN_ASYNC_COLLECTIVES": "0"}),
+                    ("async, no progress", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "0"}),
+                    ("async", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1"}),
+                    ("async, not combined", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1",
+                                             "KILN_COMBINE_THRESHOLD_KB": "0"})]
+        if "expert" in a.mesh:
+            variants.append(("async, ragged blocking", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1",
+                                                        "KILN_ASYNC_RAGGED": "0"}))
+        for name, env in variants:
             runs[name] = run(a.kiln, a.model, sharded, a.steps, out, env)
     t1 = statistics.median(one[1:])
     print("%-70s %10s %8s %10s" % ("run", "step (s)", "ratio", "wait (s)"))
@@ -102,8 +107,9 @@ def main():
             print("compute per device / one-device compute, %s: %.2f (%.3f s vs %.3f s per step; ideal %.2f)"
                   % (name, cn / c1, cn, c1, ideal))
     keys = sorted(set(a1).union(*(set(r[3]) for r in runs.values())))
-    print("  %-38s %8s %8s %8s %8s %8s" % ("seconds per step (device 0)", "1 dev", "sync", "no prog", "async",
-                                           "no comb"))
+    short = {"sync": "sync", "async, no progress": "no prog", "async": "async", "async, not combined": "no comb",
+             "async, ragged blocking": "rag sync"}
+    print("  %-38s %8s %s" % ("seconds per step (device 0)", "1 dev", " ".join("%8s" % short[n] for n in runs)))
     for k in keys:
         if k.startswith(NOT_COMPUTE[1:]) or k == "total":
             continue
