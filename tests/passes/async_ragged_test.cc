@@ -48,8 +48,8 @@ ENTRY computation @main {
 
 // Per device, G members in the exchange group, two entries: rows sent by sizes, neg as the
 // expert compute (exact, so compiled and interpreted rows agree bit for bit), returned; a
-// bf16 dispatch with a capacity of 2 rows per slot; and a product that needs no exchange
-// (what the start can overlap). The return's rows come from the f32 dispatch (same sizes,
+// bf16 dispatch with a capacity of 2 rows per slot and its return; and a product that needs no exchange
+// (what the start can overlap). Each return's rows come from its dispatch (same sizes,
 // group and cut), so the compiled return sends back the counts that dispatch received
 // instead of exchanging them; the interpreter always exchanges them.
 std::string step_text(int64_t g) {
@@ -63,11 +63,12 @@ ENTRY computation @main {{
   %d = f32[2,{1},3] ragged_all_to_all(%rows, %sizes), group_size={0}, rows=5, slot=5, reverse=0, mesh_axes=expert
   %rb = bf16[2,5,3] convert(%x)
   %db = bf16[2,{2},3] ragged_all_to_all(%rb, %sizes), group_size={0}, rows=5, slot=2, reverse=0, mesh_axes=expert
+  %bb = bf16[2,5,3] ragged_all_to_all(%db, %sizes), group_size={0}, rows=5, slot=2, reverse=1, mesh_axes=expert
   %a = f32[6,6] exp(%y)
   %p = f32[6,6] dot_general(%a, %y), lhs_contract={{1}}, rhs_contract={{0}}, lhs_batch={{}}, rhs_batch={{}}
   %e = f32[2,{1},3] neg(%d)
   %b = f32[2,5,3] ragged_all_to_all(%e, %sizes), group_size={0}, rows=5, slot=5, reverse=1, mesh_axes=expert
-  ROOT %out = (f32[2,5,3], f32[2,{1},3], bf16[2,{2},3], f32[6,6]) tuple(%b, %d, %db, %p)
+  ROOT %out = (f32[2,5,3], f32[2,{1},3], bf16[2,{2},3], bf16[2,5,3], f32[6,6]) tuple(%b, %d, %db, %bb, %p)
 }}
 )",
                      g, g * 5, g * 2);
@@ -162,12 +163,12 @@ TEST(AsyncRagged, CompiledPairsEqualTheSynchronousKernelBitForBit) {
     for (double v : async[0][0].values()) any = any || v != 0;
     EXPECT_TRUE(any) << what;
     EXPECT_EQ(sync_report.async_collectives, 0) << what;
-    EXPECT_EQ(async_report.async_collectives, 3) << what;
-    EXPECT_EQ(async_report.async_by_kind.at("ragged_all_to_all_start"), 3) << what;
+    EXPECT_EQ(async_report.async_collectives, 4) << what;
+    EXPECT_EQ(async_report.async_by_kind.at("ragged_all_to_all_start"), 4) << what;
     // The larger of operand and result (as the partitioner counts): 2 x G*5 x 3 f32 twice
-    // (the dispatch's result, the return's operand), and bf16 2 x G*2 x 3 or the 2 x 5 x 3 rows.
+    // (the dispatch's result, the return's operand), and twice bf16 2 x G*2 x 3 or 2 x 5 x 3.
     EXPECT_EQ(async_report.async_bytes_by_kind.at("ragged_all_to_all_start"),
-              2 * (2 * m.group * 5 * 3 * 4) + std::max(2 * m.group * 2 * 3 * 2, int64_t{2 * 5 * 3 * 2}))
+              2 * (2 * m.group * 5 * 3 * 4) + 2 * std::max(2 * m.group * 2 * 3 * 2, int64_t{2 * 5 * 3 * 2}))
         << what;
     // Both dispatches start before the exp and the product that need no exchange.
     EXPECT_GE(async_report.overlapped_collectives, 2) << what;
