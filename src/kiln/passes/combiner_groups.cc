@@ -70,6 +70,13 @@ std::vector<std::vector<Instr*>> combinable_groups(const ir::Computation& comp, 
                                                    const CombineLimits& limits) {
   std::vector<std::vector<Instr*>> bins;
   if (limits.candidate_bytes <= 0) return bins;
+  // Most programs (one device, or a kind the mesh never needs) have fewer than two
+  // candidates: skip the depth analysis then.
+  int64_t small = 0;
+  for (const auto& i : comp.instructions()) {
+    small += i->opcode() == kind && !i->shape().is_tuple() && full_bytes(*i) <= limits.candidate_bytes;
+  }
+  if (small < 2) return bins;
   std::vector<Instr*> order = comp.post_order();
   // Per value: collectives of `kind` on the longest path reaching it (itself included), and
   // compute-bound instructions on the longest path reaching it.
