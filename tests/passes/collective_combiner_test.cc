@@ -303,9 +303,10 @@ TEST(CollectiveCombiners, CombinedEqualSeparateOnFourDevicesCompiled) {
     expect_identical(separate, combined, "compiled");
     const std::string kind = text == kGathers ? "all_gather_start" : "reduce_scatter_start";
     EXPECT_EQ(combined_report.async_by_kind.at(kind), separate_report.async_by_kind.at(kind) - 2) << kind;
-    // The combined collective overlaps compute as the separate ones did (the latency-hiding
-    // pass moves a gather's concatenation of weights up with its start).
-    EXPECT_LE(combined_report.async_collectives - combined_report.overlapped_collectives,
+    // The combined collective overlaps compute (the latency-hiding pass moves a gather's
+    // concatenation of weights up with its start, and a scatter's slices down to their
+    // readers), so fewer pairs run back to back than before: 1 against 2 here.
+    EXPECT_LT(combined_report.async_collectives - combined_report.overlapped_collectives,
               separate_report.async_collectives - separate_report.overlapped_collectives)
         << kind;
   }

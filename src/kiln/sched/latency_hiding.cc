@@ -106,6 +106,7 @@ class ReaderSinker {
         reader = u;
       }
       if (single && reader != nullptr && sink(reader, 0)) ++moved;
+      if (!single) moved += sink_slices(done);
     }
     return moved;
   }
@@ -125,6 +126,56 @@ class ReaderSinker {
       first = std::min(first, l_.base_pos.at(r));
     }
     return first;
+  }
+
+  // A combined collective's done is read by one slice per member (passes/combiner_groups.h),
+  // all of which the memory scheduler runs right after it. Each moves to right before its
+  // own first reader, all or none (the done can only move past compute when every reader
+  // does): the combined buffer then lives until the last slice, at most the members' bytes
+  // more, which the combiner caps (4 MiB by default).
+  int sink_slices(const Instr* done) {
+    std::vector<std::pair<int, const Instr*>> slices;  // (first reader, slice)
+    for (const Instr* u : done->users()) {
+      if (u->opcode() != Opcode::kSlice || !l_.base_pos.count(u)) return 0;
+      int target = first_reader(u);
+      // (its reshape back to the member's shape, a view, moves first when it comes next, with
+      // what reads it; a view costs nothing, so it starts with the whole depth budget)
+      if (target == l_.base_pos.at(u) + 1 && target < static_cast<int>(l_.base.size()) &&
+          sink(l_.base[target], 0)) {
+        target = first_reader(u);
+      }
+      if (target <= l_.base_pos.at(u) + 1 || writes_donated_before(u, target)) return 0;
+      slices.emplace_back(target, u);
+    }
+    std::sort(slices.begin(), slices.end(), [&](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [target, u] : slices) move(u, first_reader(u));  // latest first: the others stay above
+    return static_cast<int>(slices.size());
+  }
+
+  // Whether a donated output that takes the storage of one of `u`'s operands is written
+  // before position `target`.
+  bool writes_donated_before(const Instr* u, int target) const {
+    for (const Instr* o : u->operands()) {
+      for (int b : model_.leaves(o)) {
+        auto w = donated_writer_.find(b);
+        if (w != donated_writer_.end() && l_.base_pos.count(w->second) && l_.base_pos.at(w->second) < target) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  // Moves `u` to right before base[target].
+  void move(const Instr* u, int target) {
+    const int from = l_.base_pos.at(u);
+    l_.base.erase(l_.base.begin() + from);
+    const int to = target - 1;
+    l_.base.insert(l_.base.begin() + to, u);
+    for (int k = from; k <= to; ++k) l_.base_pos[l_.base[k]] = k;
+    for (auto& [a, g] : l_.orig_gap) {
+      if (g > from && g <= to) --g;  // these ran after u; they still do not depend on it
+    }
   }
 
   bool sink(const Instr* u, int depth) {
@@ -153,14 +204,7 @@ class ReaderSinker {
       // (a view's leaves are its operand's: sinking it extends nothing)
       if (!read_later && bytes(model_.leaves(u)) < bytes(model_.leaves(o))) return false;
     }
-    // Move base[from] to right before base[target].
-    l_.base.erase(l_.base.begin() + from);
-    const int to = target - 1;
-    l_.base.insert(l_.base.begin() + to, u);
-    for (int k = from; k <= to; ++k) l_.base_pos[l_.base[k]] = k;
-    for (auto& [a, g] : l_.orig_gap) {
-      if (g > from && g <= to) --g;  // these ran after u; they still do not depend on it
-    }
+    move(u, target);
     return true;
   }
 
