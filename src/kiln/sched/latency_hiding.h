@@ -20,7 +20,11 @@
 // Everything else keeps its order, so the memory scheduler's decisions stand, except that a
 // reduce-scatter's or all-reduce's sole reader that the memory scheduler ran right after the
 // done (a gradient's transpose, its squared-norm fusion) is delayed to right before its own
-// first reader when that keeps live bytes as they were, so the done can move later too.
+// first reader when that keeps live bytes as they were, so the done can move later too; a
+// done read by one slice per member (a combined collective, passes/combiner_groups.h) has
+// all its slices delayed likewise, or none, keeping the combined buffer until the last one.
+// Reshapes of parameters count as parameters (a combined all-gather's concatenation of
+// weights moves up with its start).
 // Dones never move past the writer of a donated output that takes their operand's storage.
 #pragma once
 
