@@ -24,8 +24,9 @@
 //     backward pass's re-gathers and gradients have steps of their own; one step of slack
 //     lets a bias added after a product join the product's weight, and a bias's gradient (a
 //     sum) the weight gradient (a product) beside it.
-// Within such a class, candidates in order of step fill bins of at most `combined_bytes`;
-// every bin of two or more becomes one collective.
+// Within such a class, candidates in order of step fill bins: a bin closes when the next
+// candidate's step is more than one past its first member's or its bytes would pass
+// `combined_bytes`; every bin of two or more becomes one collective.
 //
 // Names are not used: a weight gathered straight from a parameter carries none, so layers
 // cannot be told apart by name.
