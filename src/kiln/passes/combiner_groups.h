@@ -42,7 +42,7 @@
 namespace kiln::passes {
 
 struct CombineLimits {
-  static constexpr int64_t kCandidateBytes = 256 << 10;  // per candidate's full value
+  static constexpr int64_t kCandidateBytes = 64 << 10;  // per candidate's full value
   static constexpr int64_t kCombinedBytes = 4 << 20;    // per combined collective
   int64_t candidate_bytes = kCandidateBytes;
   int64_t combined_bytes = kCombinedBytes;
