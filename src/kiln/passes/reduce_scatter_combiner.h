@@ -20,7 +20,7 @@
 //
 // Overlap: a combined reduce-scatter's done is read by one slice per member; the
 // latency-hiding pass delays all of them to their readers or none (sched/latency_hiding.h),
-// so the done can move past earlier layers' backward. On gpt-oss-tiny fsdp=2, 16 of the 78
+// so the done can move past earlier layers' backward. On gpt-oss-tiny fsdp=2, 19 of the 101
 // pairs run back to back with the combiners against 20 of 117 without; on the reference
 // config the 16 combined reduce-scatters (a router weight's and a norm scale's gradients)
 // still run back to back.
