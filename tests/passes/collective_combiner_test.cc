@@ -203,7 +203,8 @@ TEST(ReduceScatterCombiner, GradientsReadyAtOneStepBecomeOne) {
   EXPECT_EQ(pass.removed(), 2);
 }
 
-// Over the threshold (and with the combiners off) nothing merges; a larger threshold lets them.
+// Over the threshold (the default's, or a given one) and with the combiners off nothing
+// merges; a threshold as large as the values lets them.
 TEST(CollectiveCombiners, ThresholdDecidesWhatIsSmall) {
   constexpr const char* kTwo = R"(module @m
 
@@ -222,7 +223,7 @@ ENTRY computation @main {
     for (const auto& i : m.entry()->instructions()) n += i->opcode() == op;
     return n;
   };
-  for (const char* kb : {"0", "255", "256"}) {
+  for (const char* kb : {"", "0", "255", "256"}) {  // "": the default, 64 KiB
     CombineEnv env(kb);
     std::unique_ptr<ir::Module> m = testing::parse_or_die(kTwo);
     AllGatherCombinerPass gathers;
