@@ -16,7 +16,7 @@ class StagedPending final : public Pending {
  public:
   StagedPending(std::unique_ptr<Pending> inner, std::unique_ptr<std::byte[]> staged, void* out,
                 size_t members, size_t outer, size_t block)
-      : inner_(std::move(inner)), staged_(std::move(staged)), out_(static_cast<std::byte*>(out)),
+      : staged_(std::move(staged)), inner_(std::move(inner)), out_(static_cast<std::byte*>(out)),
         members_(members), outer_(outer), block_(block) {}
 
   Status wait() override {
@@ -33,8 +33,8 @@ class StagedPending final : public Pending {
   }
 
  private:
+  std::unique_ptr<std::byte[]> staged_;  // declared first: outlives inner_
   std::unique_ptr<Pending> inner_;
-  std::unique_ptr<std::byte[]> staged_;
   std::byte* out_;  // null: nothing (more) to unpack
   size_t members_, outer_, block_;
 };
