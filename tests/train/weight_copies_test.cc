@@ -1,6 +1,6 @@
 // bf16 weight copies as step state (bf16_weight_copy, train/weight_copies.h): the step with
 // the copies computes bit for bit what the step with the casts inside computes (convert is
-// deterministic), on one device and sharded over fsdp; a restore remakes the copies (they
+// deterministic), on one device and sharded over fsdp; eval is unchanged; a restore remakes the copies (they
 // are not checkpointed) and continues with the uninterrupted run's losses; f32 runs and
 // bf16_weight_copy=false have none.
 #include <gtest/gtest.h>
@@ -95,6 +95,25 @@ TEST(WeightCopies, Bf16StepsAreBitIdenticalWithAndWithoutCopies) {
 
 TEST(WeightCopies, ShardedOverFsdpTheCopiesAreGatheredAndStepsStayBitIdentical) {
   expect_identical_with_and_without_copies(2, {"ici_fsdp_parallelism=2"}, 3);
+}
+
+TEST(WeightCopies, EvalOnTextDataIsTheSameWithAndWithoutCopies) {
+  // The eval program takes the f32 parameters and casts them itself.
+  const std::string cache = (fs::path(::testing::TempDir()) / "kiln_weight_copies_corpus").string();
+  std::vector<double> eval;
+  for (const char* copies : {"true", "false"}) {
+    config::Config cfg = tiny_config(std::string("eval_") + copies, 1,
+                                     {"steps=2", "dataset_type=text", "dataset_path=/usr/share/games/fortunes",
+                                      "tokenizer_type=bytes", "vocab_size=258", "dataset_cache_dir=" + cache,
+                                      "eval_interval=2", "eval_steps=1", std::string("bf16_weight_copy=") + copies});
+    std::unique_ptr<Trainer> t = make_trainer(cfg);
+    EXPECT_EQ(t->program().num_copies() > 0, std::string(copies) == "true");
+    ASSERT_TRUE(t->run().ok());
+    auto loss = t->evaluate();
+    ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+    eval.push_back(*loss);
+  }
+  EXPECT_EQ(eval[0], eval[1]);
 }
 
 TEST(WeightCopies, F32RunsHaveNone) {
