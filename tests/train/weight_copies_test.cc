@@ -5,6 +5,7 @@
 // bf16_weight_copy=false have none.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -68,6 +69,10 @@ void expect_identical_with_and_without_copies(int64_t devices, const std::vector
   std::unique_ptr<Trainer> with = make_trainer(tiny_config("on" + tag, devices, on));
   std::unique_ptr<Trainer> without = make_trainer(tiny_config("off" + tag, devices, off));
   EXPECT_EQ(without->program().num_copies(), 0);
+  const bool interpreter = std::find(mesh.begin(), mesh.end(), "executor=interpreter") != mesh.end();
+  EXPECT_NE(std::string(with->executor_name()).find(interpreter ? "reference interpreter" : "compiled CPU executable"),
+            std::string::npos)
+      << with->executor_name();
   // Every matmul weight of the 2-layer MoE model (attention projections, sinks, router,
   // expert weights and biases, the unembedding; not the embedding, gathered in f32).
   EXPECT_GT(with->program().num_copies(), 10);
@@ -91,6 +96,11 @@ void expect_identical_with_and_without_copies(int64_t devices, const std::vector
 
 TEST(WeightCopies, Bf16StepsAreBitIdenticalWithAndWithoutCopies) {
   expect_identical_with_and_without_copies(1, {}, 4);
+}
+
+TEST(WeightCopies, Bf16StepsAreBitIdenticalOnTheInterpreterToo) {
+  // The host cast that makes the first copies rounds as the interpreter's convert does.
+  expect_identical_with_and_without_copies(1, {"executor=interpreter"}, 3);
 }
 
 TEST(WeightCopies, ShardedOverFsdpTheCopiesAreGatheredAndStepsStayBitIdentical) {
