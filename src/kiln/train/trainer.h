@@ -5,7 +5,8 @@
 //   KILN_ASSIGN_OR_RETURN(auto trainer, train::Trainer::create(config, std::move(model)));
 //   KILN_RETURN_IF_ERROR(trainer->run());   // all `steps`; NaN/Inf loss -> failed_precondition
 //
-// State: parameters, Adam moments and the step counter, held by the StepRunner of the
+// State: parameters, Adam moments, the step counter and, with dtype=bfloat16, the bf16
+// weight copies (derived: train/weight_copies.h), held by the StepRunner of the
 // configured executor (executor=compiled: the CPU backend's executable, compiled once;
 // executor=interpreter: the reference interpreter) and replaced by the step's outputs.
 // Same config and seeds give bitwise-identical losses: the data, the initialisation and

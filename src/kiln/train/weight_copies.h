@@ -36,9 +36,9 @@ struct WeightCopy {
 // converts. The new parameters are the graph's last ones, in `params` order.
 std::vector<WeightCopy> attach_weight_copies(frontend::Graph& g, const std::vector<frontend::Tensor>& params);
 
-// Renumbers the entry's parameters: `moved` (a contiguous run of parameter indices at the
-// end) go to `first`, and the parameters from `first` on shift back behind them. Returns the
-// renumbered module (a clone: a computation's parameter table is built as it is filled).
+// Renumbers the entry's parameters: those from `moved_begin` to the last move to `first`
+// on, and those from `first` to `moved_begin` shift back behind them. Returns the renumbered
+// module (a clone: a computation's parameter table is built as it is filled).
 std::unique_ptr<ir::Module> move_params(std::unique_ptr<ir::Module> module, int64_t first, int64_t moved_begin);
 
 // Writes every weight copy of `program` from the runner's current parameters: one cast
