@@ -1,24 +1,26 @@
 #!/usr/bin/env python3
 """Sharded step vs one device: the cost of partitioning on this machine.
 
-Trains the same model for a few steps (compiled CPU backend, synthetic reused batch, the
-same global batch) on one device and on N virtual devices with the given mesh, and prints
-the median step time of each (first step excluded: it warms caches) and their ratio, plus
-the collective time the run reports (`collective_wait` in the step log, when present), and
-each device's compute time (the profiler's attribution table, collectives and host time
-left out) beside the one-device step's, row by row, with the exposed collective time by kind.
+Trains the same model (compiled CPU backend, synthetic reused batch, the same global batch)
+on one device and on N virtual devices with the given mesh and prints the median step time
+of each and their ratio, with the collective time the run reports (`collective_wait`, the
+seconds a device spent blocked in collectives). The step times come from --rounds timed
+runs of every variant without the profiler (steps 3 to --steps of each; the order rotates
+between rounds so no variant always runs first or last); one profiled run per variant then
+gives each device's compute time (the attribution table, collectives and host time left
+out) beside the one-device step's, row by row, with the exposed collective time by kind.
 The sharded step runs four ways: with collectives as async start/done pairs moved apart by the
 latency-hiding scheduler (the default), the same without progress between kernels
 (KILN_COLLECTIVE_PROGRESS=0: a device does its part of a started collective only in a
 start or done), the default without the all-gather and reduce-scatter combiners
-(KILN_COMBINE_THRESHOLD_KB=0) and with KILN_ASYNC_COLLECTIVES=0 (each collective one blocking kernel),
-side by side in one invocation so all see the same machine load; with an expert axis in the
-mesh, also the default with the token exchanges blocking (KILN_ASYNC_RAGGED=0).
+(KILN_COMBINE_THRESHOLD_KB=0) and with KILN_ASYNC_COLLECTIVES=0 (each collective one blocking kernel);
+with an expert axis in the mesh, also the default with the token exchanges blocking
+(KILN_ASYNC_RAGGED=0).
 Virtual devices share the machine's cores (each gets cores / N threads), so on a 2-core
 machine the ideal ratio is 1.0: the same work split in two, run on half the cores each.
 
 Usage: /usr/bin/python3 bench/sharded_vs_single.py [--kiln build/kiln] [--model gpt-oss-tiny]
-       [--mesh "ici_fsdp_parallelism=2"] [--devices 2] [--steps 6]
+       [--mesh "ici_fsdp_parallelism=2"] [--devices 2] [--steps 12] [--rounds 3] [--profile-steps 6]
 """
 import argparse
 import os
@@ -42,18 +44,18 @@ def attribution(text):
     return rows
 
 
-def run(kiln, model, extra, steps, out, env=None):
-    # The profiler observes every step after the first, for the per-device compute time.
+def run(kiln, model, extra, steps, out, env=None, profile=False):
     args = [kiln, "train", "model_name=" + model, "steps=%d" % steps, "reuse_example_batch=1", "log_period=1",
             "enable_checkpointing=false", "dataset_type=synthetic", "base_output_directory=" + out,
-            "run_name=bench", "profiler=trace", "skip_first_n_steps_for_profiler=1",
-            "profiler_steps=%d" % (steps - 1)] + extra
+            "run_name=bench"] + extra
+    if profile:  # every step after the first, for the per-device attribution table
+        args += ["profiler=trace", "skip_first_n_steps_for_profiler=1", "profiler_steps=%d" % (steps - 1)]
     text = subprocess.run(args, check=True, capture_output=True, text=True,
                           env=dict(os.environ, **(env or {}))).stdout
     times = [float(m) for m in re.findall(r"completed step: \d+, seconds: ([0-9.]+)", text)]
     waits = [float(m) for m in re.findall(r"collective_wait: ([0-9.]+)", text)]
     losses = [float(m) for m in re.findall(r" loss: ([0-9.]+)", text)]
-    return times, waits, losses, attribution(text)
+    return times, waits, losses, attribution(text) if profile else {}
 
 
 def main():
@@ -64,32 +66,49 @@ def main():
     p.add_argument("--devices", type=int, default=2)
     p.add_argument("--batch", type=int, default=2, help="global batch (sequences)")
     p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=12, help="steps per timed run (the first 2 are not timed)")
+    p.add_argument("--rounds", type=int, default=3, help="timed runs of every variant, in rotated order")
+    p.add_argument("--profile-steps", type=int, default=6, help="steps of the one profiled run per variant")
     a = p.parse_args()
     common = ["override_model_config=true", "max_target_length=%d" % a.seq]
     sharded = common + ["local_devices=%d" % a.devices, "per_device_batch_size=%g" % (a.batch / a.devices)] + a.mesh.split()
+    single = common + ["local_devices=1", "ici_fsdp_parallelism=1", "per_device_batch_size=%d" % a.batch]
+    variants = [("1 device", single, {}),
+                ("sync", sharded, {"KILN_ASYNC_COLLECTIVES": "0"}),
+                ("async, no progress", sharded, {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "0"}),
+                ("async", sharded, {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1"}),
+                ("async, not combined", sharded, {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1",
+                                                  "KILN_COMBINE_THRESHOLD_KB": "0"})]
+    if "expert" in a.mesh:
+        variants.append(("async, ragged blocking", sharded, {"KILN_ASYNC_COLLECTIVES": "1",
+                                                             "KILN_COLLECTIVE_PROGRESS": "1", "KILN_ASYNC_RAGGED": "0"}))
+    # Timed runs without the profiler (its per-kernel clock reads and trace are not part of a
+    # step), every variant once per round, the order rotated from round to round so that
+    # none always runs first or last; then one profiled run each for the attribution table.
+    timed = {name: [] for name, _, _ in variants}
+    waited = {name: [] for name, _, _ in variants}
+    loads = []
     with tempfile.TemporaryDirectory() as out:
-        one, _, l1, a1 = run(a.kiln, a.model, common + ["local_devices=1", "ici_fsdp_parallelism=1",
-                                                   "per_device_batch_size=%d" % a.batch], a.steps, out)
-        runs = {}
-        variants = [("sync", {"KILN_ASYNC_COLLECTIVES": "0"}),
-                    ("async, no progress", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "0"}),
-                    ("async", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1"}),
-                    ("async, not combined", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1",
-                                             "KILN_COMBINE_THRESHOLD_KB": "0"})]
-        if "expert" in a.mesh:
-            variants.append(("async, ragged blocking", {"KILN_ASYNC_COLLECTIVES": "1", "KILN_COLLECTIVE_PROGRESS": "1",
-                                                        "KILN_ASYNC_RAGGED": "0"}))
-        for name, env in variants:
-            runs[name] = run(a.kiln, a.model, sharded, a.steps, out, env)
-    t1 = statistics.median(one[1:])
-    print("%-70s %10s %8s %10s" % ("run", "step (s)", "ratio", "wait (s)"))
-    print("%-70s %10.3f %8s %10s" % ("1 device", t1, "1.00", "-"))
-    for name, (many, waits, ln, an) in runs.items():
-        tn = statistics.median(many[1:])
-        wait = "%.3f" % statistics.median(waits[1:]) if waits else "-"
-        print("%-70s %10.3f %8.2f %10s" % ("%d devices, %s, %s collectives" % (a.devices, a.mesh, name), tn, tn / t1,
-                                          wait))
+        for r in range(a.rounds):
+            for name, extra, env in variants[r % len(variants):] + variants[:r % len(variants)]:
+                times, waits, _, _ = run(a.kiln, a.model, extra, a.steps, out, env)
+                timed[name].append(statistics.median(times[2:]))
+                if waits:
+                    waited[name].append(statistics.median(waits[2:]))
+            loads.append(os.getloadavg()[0])
+        profiled = {name: run(a.kiln, a.model, extra, a.profile_steps, out, env, profile=True)
+                    for name, extra, env in variants}
+    print("load average after each round: %s" % " ".join("%.2f" % x for x in loads))
+    t1 = statistics.median(timed["1 device"])
+    print("%-62s %9s %8s %9s   %s" % ("run (median of %d rounds, steps 3-%d)" % (a.rounds, a.steps), "step (s)",
+                                      "ratio", "wait (s)", "each round"))
+    for name, _, _ in variants:
+        tn = statistics.median(timed[name])
+        label = name if name == "1 device" else "%d devices, %s, %s" % (a.devices, a.mesh, name)
+        wait = "%.3f" % statistics.median(waited[name]) if waited[name] else "-"
+        print("%-62s %9.4f %8.3f %9s   %s" % (label, tn, tn / t1, wait, " ".join("%.4f" % x for x in timed[name])))
+    one, _, l1, a1 = profiled["1 device"]
+    runs = {name: v for name, v in profiled.items() if name != "1 device"}
     print("ratio target: <= 1.15 for fsdp=2 on 2 devices; wait = collective_wait, the median seconds per step a "
           "device spent blocked in collectives")
     print("first/last loss: 1 device %.4f -> %.4f, %s" % (l1[0], l1[-1], ", ".join(
