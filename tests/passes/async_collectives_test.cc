@@ -8,9 +8,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/check.h"
-#include "kiln/ops/device_context.h"
-#include "kiln/runtime/local_world.h"
-#include "kiln/runtime/run_on_devices.h"
+#include "tests/passes/mesh_runner.h"
 #include "tests/passes/pass_testing.h"
 
 namespace kiln::passes {
@@ -104,55 +102,20 @@ ENTRY computation @main {
 }
 )";
 
-using Outputs = std::vector<std::vector<ir::Literal>>;
+using testing::expect_identical;
+using testing::Outputs;
 
-// Runs `module` on the 4 devices of a data 2 x fsdp 2 mesh, each with its own inputs.
+// Runs `module` on the 4 devices of a data 2 x fsdp 2 mesh, each with its own inputs; a
+// compiled executable runs twice (the second reuses the arena and the in-flight slots).
 Outputs run_on_mesh(const ir::Module& module, bool compiled, bool async, backend::CompileReport* report = nullptr) {
-  spmd::Mesh mesh({"data", "fsdp"}, {2, 2});
-  runtime::LocalWorld world(4);
-  std::vector<std::unique_ptr<backend::Executable>> exes(4);
-  if (compiled) {
-    for (auto& exe : exes) {
-      backend::CompileOptions options;
-      options.cache_dir = ::testing::TempDir() + "kiln_async_cache";
-      options.async_collectives = async;
-      auto made = backend::compile_cpu(module, options);
-      KILN_CHECK_OK(made);
-      exe = std::move(*made);
-    }
-    if (report != nullptr) *report = exes[0]->report();
-  }
-  Outputs out(4);
-  Status s = runtime::run_on_devices(world, [&](int64_t d) -> Status {
-    ops::DeviceContext context{mesh, d, &world.device(d)};
-    ops::ScopedDeviceContext scope(&context);
-    std::vector<ir::Literal> args = testing::random_inputs(module, 40 + static_cast<uint64_t>(d));
-    if (!compiled) {
-      KILN_ASSIGN_OR_RETURN(out[d], interp::run(module, args));
-      return ok_status();
-    }
-    std::vector<backend::Buffer> inputs;
-    for (const ir::Literal& a : args) inputs.push_back(backend::Buffer::from_literal(a));
-    for (int step = 0; step < 2; ++step) {  // a second run reuses the arena and the in-flight slots
-      KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> got, exes[d]->run(inputs));
-      out[d].clear();
-      for (const backend::Buffer& b : got) out[d].push_back(b.to_literal());
-    }
-    return ok_status();
-  });
-  KILN_CHECK_OK(s);
-  return out;
-}
-
-void expect_identical(const Outputs& want, const Outputs& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t d = 0; d < want.size(); ++d) {
-    ASSERT_EQ(want[d].size(), got[d].size());
-    for (size_t i = 0; i < want[d].size(); ++i) {
-      EXPECT_TRUE(want[d][i] == got[d][i]) << what << ": device " << d << " output " << i << "\n  sync:  "
-                                           << want[d][i].to_string() << "\n  async: " << got[d][i].to_string();
-    }
-  }
+  testing::MeshRun how;
+  how.compiled = compiled;
+  how.options.cache_dir = ::testing::TempDir() + "kiln_async_cache";
+  how.options.async_collectives = async;
+  how.seed = 40;
+  how.runs = 2;
+  how.report = report;
+  return testing::run_on_mesh(spmd::Mesh({"data", "fsdp"}, {2, 2}), module, how);
 }
 
 TEST(AsyncCollectives, InterpretedPairsEqualSynchronousCollectivesOnFourDevices) {
@@ -160,7 +123,7 @@ TEST(AsyncCollectives, InterpretedPairsEqualSynchronousCollectivesOnFourDevices)
   std::unique_ptr<ir::Module> async = sync->clone();
   AsyncCollectivesPass pass;
   ASSERT_TRUE(pass.run(*async).value());
-  expect_identical(run_on_mesh(*sync, false, false), run_on_mesh(*async, false, false), "interpreted");
+  expect_identical(run_on_mesh(*sync, false, false), run_on_mesh(*async, false, false), "interpreted", "sync", "async");
 }
 
 TEST(AsyncCollectives, CompiledPairsEqualSynchronousCollectivesBitForBit) {
@@ -168,7 +131,7 @@ TEST(AsyncCollectives, CompiledPairsEqualSynchronousCollectivesBitForBit) {
   backend::CompileReport sync_report, async_report;
   Outputs sync = run_on_mesh(*module, true, false, &sync_report);
   Outputs async = run_on_mesh(*module, true, true, &async_report);
-  expect_identical(sync, async, "compiled");
+  expect_identical(sync, async, "compiled", "sync", "async");
   EXPECT_EQ(sync_report.async_collectives, 0);
   EXPECT_EQ(async_report.async_collectives, 5);
   EXPECT_EQ(async_report.async_by_kind.at("all_gather_start"), 2);

@@ -10,10 +10,8 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/check.h"
-#include "kiln/ops/device_context.h"
 #include "kiln/passes/async_collectives.h"
-#include "kiln/runtime/local_world.h"
-#include "kiln/runtime/run_on_devices.h"
+#include "tests/passes/mesh_runner.h"
 #include "tests/passes/pass_testing.h"
 
 namespace kiln::passes {
@@ -74,53 +72,20 @@ ENTRY computation @main {{
                      g, g * 5, g * 2);
 }
 
-using Outputs = std::vector<std::vector<ir::Literal>>;
+using testing::expect_identical;
+using testing::Outputs;
 
+// Each device with its own inputs; a compiled executable runs twice (the second reuses the
+// arena and the in-flight table).
 Outputs run_on_mesh(const spmd::Mesh& mesh, const ir::Module& module, bool compiled, bool async,
                     backend::CompileReport* report = nullptr) {
-  const int64_t n = mesh.num_devices();
-  runtime::LocalWorld world(n);
-  std::vector<std::unique_ptr<backend::Executable>> exes(n);
-  for (int64_t d = 0; compiled && d < n; ++d) {
-    backend::CompileOptions options;
-    options.cache_dir = ::testing::TempDir() + "kiln_async_ragged_cache";
-    options.async_collectives = async;
-    auto made = backend::compile_cpu(module, options);
-    KILN_CHECK_OK(made);
-    exes[d] = std::move(*made);
-  }
-  if (compiled && report != nullptr) *report = exes[0]->report();
-  Outputs out(n);
-  Status s = runtime::run_on_devices(world, [&](int64_t d) -> Status {
-    ops::DeviceContext context{mesh, d, &world.device(d)};
-    ops::ScopedDeviceContext scope(&context);
-    std::vector<ir::Literal> args = testing::random_inputs(module, 70 + static_cast<uint64_t>(d));
-    if (!compiled) {
-      KILN_ASSIGN_OR_RETURN(out[d], interp::run(module, args));
-      return ok_status();
-    }
-    std::vector<backend::Buffer> inputs;
-    for (const ir::Literal& a : args) inputs.push_back(backend::Buffer::from_literal(a));
-    for (int step = 0; step < 2; ++step) {  // a second run reuses the arena and the in-flight table
-      KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> got, exes[d]->run(inputs));
-      out[d].clear();
-      for (const backend::Buffer& b : got) out[d].push_back(b.to_literal());
-    }
-    return ok_status();
-  });
-  KILN_CHECK_OK(s);
-  return out;
-}
-
-void expect_identical(const Outputs& want, const Outputs& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t d = 0; d < want.size(); ++d) {
-    ASSERT_EQ(want[d].size(), got[d].size());
-    for (size_t i = 0; i < want[d].size(); ++i) {
-      EXPECT_TRUE(want[d][i] == got[d][i]) << what << ": device " << d << " output " << i << "\n  sync:  "
-                                           << want[d][i].to_string() << "\n  async: " << got[d][i].to_string();
-    }
-  }
+  testing::MeshRun how;
+  how.compiled = compiled;
+  how.options.cache_dir = ::testing::TempDir() + "kiln_async_ragged_cache";
+  how.options.async_collectives = async;
+  how.runs = 2;
+  how.report = report;
+  return testing::run_on_mesh(mesh, module, how);
 }
 
 struct MeshCase {
@@ -140,7 +105,7 @@ TEST(AsyncRagged, InterpretedPairsEqualTheSynchronousExchange) {
     ASSERT_TRUE(pass.run(*async).value());
     // Sizes drawn in [0, 4) per destination: blocks cut at rows=5 and, in bf16, at slot=2.
     expect_identical(run_on_mesh(m.mesh, *sync, false, false), run_on_mesh(m.mesh, *async, false, false),
-                     "interpreted on " + m.mesh.to_string());
+                     "interpreted on " + m.mesh.to_string(), "sync", "async");
   }
 }
 
@@ -151,13 +116,13 @@ TEST(AsyncRagged, CompiledPairsEqualTheSynchronousKernelBitForBit) {
     Outputs sync = run_on_mesh(m.mesh, *module, true, false, &sync_report);
     Outputs async = run_on_mesh(m.mesh, *module, true, true, &async_report);
     const std::string what = "compiled on " + m.mesh.to_string();
-    expect_identical(sync, async, what);
+    expect_identical(sync, async, what, "sync", "async");
     // The moved rows (not the product) equal the interpreter's, whose return exchanges counts.
     Outputs interpreted = run_on_mesh(m.mesh, *module, false, false);
     for (Outputs* o : {&interpreted, &async}) {
       for (auto& per_device : *o) per_device.pop_back();
     }
-    expect_identical(interpreted, async, what + ", interpreted vs compiled");
+    expect_identical(interpreted, async, what + ", interpreted vs compiled", "interpreted", "compiled");
     // The exchange really happened: device 0's returned rows are not all zero.
     bool any = false;
     for (double v : async[0][0].values()) any = any || v != 0;

@@ -10,11 +10,9 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/check.h"
-#include "kiln/ops/device_context.h"
 #include "kiln/passes/all_gather_combiner.h"
 #include "kiln/passes/reduce_scatter_combiner.h"
-#include "kiln/runtime/local_world.h"
-#include "kiln/runtime/run_on_devices.h"
+#include "tests/passes/mesh_runner.h"
 #include "tests/passes/pass_testing.h"
 
 namespace kiln::passes {
@@ -155,9 +153,20 @@ ENTRY computation @main {
 }
 )";
 
-using Outputs = std::vector<std::vector<ir::Literal>>;
-Outputs run_on_mesh(const ir::Module& module, bool compiled, backend::CompileReport* report = nullptr);
-void expect_identical(const Outputs& want, const Outputs& got, const std::string& what);
+using testing::Outputs;
+
+// Runs `module` on the 4 devices of a data 2 x fsdp 2 mesh, each with its own inputs.
+Outputs run_on_mesh(const ir::Module& module, bool compiled, backend::CompileReport* report = nullptr) {
+  testing::MeshRun how;
+  how.compiled = compiled;
+  how.options.cache_dir = ::testing::TempDir() + "kiln_combiner_cache";
+  how.report = report;
+  return testing::run_on_mesh(spmd::Mesh({"data", "fsdp"}, {2, 2}), module, how);
+}
+
+void expect_identical(const Outputs& want, const Outputs& got, const std::string& what) {
+  testing::expect_identical(want, got, what, "separate", "combined");
+}
 
 // The pass turns `input` into `expected` (printed), which verifies, round-trips through the
 // parser and computes the same bits as `input` on 4 devices; a second run changes nothing.
@@ -243,51 +252,6 @@ ENTRY computation @main {
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().to_string().find("KILN_COMBINE_THRESHOLD_KB='lots'"), std::string::npos)
         << r.status().to_string();
-  }
-}
-
-// Runs `module` on the 4 devices of a data 2 x fsdp 2 mesh, each with its own inputs.
-Outputs run_on_mesh(const ir::Module& module, bool compiled, backend::CompileReport* report) {
-  spmd::Mesh mesh({"data", "fsdp"}, {2, 2});
-  runtime::LocalWorld world(4);
-  std::vector<std::unique_ptr<backend::Executable>> exes(4);
-  if (compiled) {
-    for (auto& exe : exes) {
-      backend::CompileOptions options;
-      options.cache_dir = ::testing::TempDir() + "kiln_combiner_cache";
-      auto made = backend::compile_cpu(module, options);
-      KILN_CHECK_OK(made);
-      exe = std::move(*made);
-    }
-    if (report != nullptr) *report = exes[0]->report();
-  }
-  Outputs out(4);
-  Status s = runtime::run_on_devices(world, [&](int64_t d) -> Status {
-    ops::DeviceContext context{mesh, d, &world.device(d)};
-    ops::ScopedDeviceContext scope(&context);
-    std::vector<ir::Literal> args = testing::random_inputs(module, 70 + static_cast<uint64_t>(d));
-    if (!compiled) {
-      KILN_ASSIGN_OR_RETURN(out[d], interp::run(module, args));
-      return ok_status();
-    }
-    std::vector<backend::Buffer> inputs;
-    for (const ir::Literal& a : args) inputs.push_back(backend::Buffer::from_literal(a));
-    KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> got, exes[d]->run(inputs));
-    for (const backend::Buffer& b : got) out[d].push_back(b.to_literal());
-    return ok_status();
-  });
-  KILN_CHECK_OK(s);
-  return out;
-}
-
-void expect_identical(const Outputs& want, const Outputs& got, const std::string& what) {
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t d = 0; d < want.size(); ++d) {
-    ASSERT_EQ(want[d].size(), got[d].size());
-    for (size_t i = 0; i < want[d].size(); ++i) {
-      EXPECT_TRUE(want[d][i] == got[d][i]) << what << ": device " << d << " output " << i << "\n  separate: "
-                                           << want[d][i].to_string() << "\n  combined: " << got[d][i].to_string();
-    }
   }
 }
 

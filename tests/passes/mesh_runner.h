@@ -1,0 +1,80 @@
+// Runs one IR module on every device of a mesh of virtual devices, interpreted or compiled,
+// each device with its own random inputs, and compares the devices' outputs of two such runs
+// bit for bit: the check the collective passes (async pairs, token exchanges, combiners)
+// share, "the rewritten program gives the original's results on every device".
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/base/check.h"
+#include "kiln/ops/device_context.h"
+#include "kiln/runtime/local_world.h"
+#include "kiln/runtime/run_on_devices.h"
+#include "kiln/spmd/mesh.h"
+#include "tests/passes/pass_testing.h"
+
+namespace kiln::passes::testing {
+
+// Outputs[d] = device d's results.
+using Outputs = std::vector<std::vector<ir::Literal>>;
+
+struct MeshRun {
+  bool compiled = false;
+  backend::CompileOptions options;  // when compiled (set cache_dir)
+  uint64_t seed = 70;               // device d's inputs: random_inputs(module, seed + d)
+  int runs = 1;                     // compiled: runs of each executable (a second reuses its arena); the last counts
+  backend::CompileReport* report = nullptr;  // compiled: device 0's report
+};
+
+inline Outputs run_on_mesh(const spmd::Mesh& mesh, const ir::Module& module, const MeshRun& how) {
+  const int64_t n = mesh.num_devices();
+  runtime::LocalWorld world(n);
+  std::vector<std::unique_ptr<backend::Executable>> exes(n);
+  for (int64_t d = 0; how.compiled && d < n; ++d) {
+    auto made = backend::compile_cpu(module, how.options);
+    KILN_CHECK_OK(made);
+    exes[d] = std::move(*made);
+  }
+  if (how.compiled && how.report != nullptr) *how.report = exes[0]->report();
+  Outputs out(n);
+  Status s = runtime::run_on_devices(world, [&](int64_t d) -> Status {
+    ops::DeviceContext context{mesh, d, &world.device(d)};
+    ops::ScopedDeviceContext scope(&context);
+    std::vector<ir::Literal> args = random_inputs(module, how.seed + static_cast<uint64_t>(d));
+    if (!how.compiled) {
+      KILN_ASSIGN_OR_RETURN(out[d], interp::run(module, args));
+      return ok_status();
+    }
+    std::vector<backend::Buffer> inputs;
+    for (const ir::Literal& a : args) inputs.push_back(backend::Buffer::from_literal(a));
+    for (int run = 0; run < how.runs; ++run) {
+      KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> got, exes[d]->run(inputs));
+      out[d].clear();
+      for (const backend::Buffer& b : got) out[d].push_back(b.to_literal());
+    }
+    return ok_status();
+  });
+  KILN_CHECK_OK(s);
+  return out;
+}
+
+// Every device's every output bit-equal; `want_name`/`got_name` label the two in messages.
+inline void expect_identical(const Outputs& want, const Outputs& got, const std::string& what,
+                             const char* want_name = "want", const char* got_name = "got") {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t d = 0; d < want.size(); ++d) {
+    ASSERT_EQ(want[d].size(), got[d].size());
+    for (size_t i = 0; i < want[d].size(); ++i) {
+      EXPECT_TRUE(want[d][i] == got[d][i]) << what << ": device " << d << " output " << i << "\n  " << want_name
+                                           << ": " << want[d][i].to_string() << "\n  " << got_name << ": "
+                                           << got[d][i].to_string();
+    }
+  }
+}
+
+}  // namespace kiln::passes::testing
