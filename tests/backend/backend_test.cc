@@ -95,6 +95,40 @@ INSTANTIATE_TEST_SUITE_P(AllOps, EveryOp, ::testing::ValuesIn(all_cases()), [](c
 // Large reductions take the split paths of reduce_plan.h (full reductions, few rows, columns
 // over many rows), fused behind an elementwise prologue and as native kernels, with a NaN
 // that max and min must keep. One module holds every case, so one kernel library is built.
+// The library pad kernel fills with the padding value by element size (1, 2, 4, 8 bytes):
+// every dtype, a non-zero value, low/high/interior padding, compiled equal to the interpreter.
+TEST(CpuBackend, PadFillsWithItsValueInEveryDtype) {
+  for (const char* dtype : {"pred", "bf16", "s32", "f32", "f64"}) {
+    std::string text = fmt::format(
+        "module @p\nENTRY computation @main {{\n"
+        "  %x = {0}[3,5] parameter(), index=0\n  %v = {0}[] parameter(), index=1\n"
+        "  ROOT %p = {0}[8,13] pad(%x, %v), low={{1,2}}, high={{2,1}}, interior={{1,1}}\n}}\n",
+        dtype);
+    auto module = ir::parse_module(text);
+    ASSERT_TRUE(module.ok()) << module.status().to_string() << "\n" << text;
+    std::mt19937_64 rng(11);
+    std::vector<ir::Literal> args;
+    for (int i = 0; i < 2; ++i) {
+      args.push_back(testing::random_literal((*module)->entry()->param(i)->shape(), rng, 1.0, 3.0));
+    }
+    auto want = interp::run(**module, args);
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    CompileOptions options;
+    options.cache_dir = cache_dir();
+    options.fuse = false;
+    auto exe = compile_cpu(**module, options);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    std::vector<Buffer> buffers;
+    for (const auto& l : args) buffers.push_back(Buffer::from_literal(l));
+    auto got = (*exe)->run(buffers);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ((*got)[0].to_literal().shape(), (*want)[0].shape()) << dtype;
+    EXPECT_TRUE((*got)[0].to_literal() == (*want)[0]) << dtype << "\n  got:  " << (*got)[0].to_literal().to_string()
+                                                     << "\n  want: " << (*want)[0].to_string();
+    EXPECT_NE(args[1].at(0), 0) << dtype << ": the padding value should be non-zero";
+  }
+}
+
 TEST(CpuBackend, LargeReductionsEqualInterpreter) {
   struct Case {
     std::string dims, reduced, kept;

@@ -88,6 +88,27 @@ Kernel concatenate_kernel(const Instr& instr) {
   };
 }
 
+// n elements of `size` bytes, each a copy of *value. Typed so the loop vectorizes: a
+// memcpy of a run-time size per element ran at about 1 GB/s (2.2 ms for the backward's
+// f32[2,512,8,64] pads of RoPE's halves, 16 per gpt-oss-small step).
+template <typename T>
+void fill_typed(std::byte* dst, const void* value, int64_t n) {
+  T v;
+  std::memcpy(&v, value, sizeof(T));
+  std::fill_n(reinterpret_cast<T*>(dst), n, v);
+}
+
+void fill_elements(std::byte* dst, const void* value, int size, int64_t n) {
+  switch (size) {
+    case 1: fill_typed<uint8_t>(dst, value, n); break;
+    case 2: fill_typed<uint16_t>(dst, value, n); break;
+    case 4: fill_typed<uint32_t>(dst, value, n); break;
+    case 8: fill_typed<uint64_t>(dst, value, n); break;
+    default:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * size, value, static_cast<size_t>(size));
+  }
+}
+
 // pad: fill with the padding value, then copy the operand into the strided interior.
 Kernel pad_kernel(const Instr& instr) {
   const auto& in_dims = instr.operand(0)->shape().dims();
@@ -104,9 +125,8 @@ Kernel pad_kernel(const Instr& instr) {
   int64_t n = instr.shape().num_elements();
   int size = ir::dtype_size(instr.shape().dtype());
   return [=](std::span<const Value* const> in, Value& out) {
-    const std::byte* value = static_cast<const std::byte*>((*in[1])[0].data());
     std::byte* dst = static_cast<std::byte*>(out[0].data());
-    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * size, value, static_cast<size_t>(size));
+    fill_elements(dst, (*in[1])[0].data(), size, n);
     strided_copy(dst, (*in[0])[0].data(), size, in_dims, in_row, 0, out_strides, out_offset);
   };
 }
