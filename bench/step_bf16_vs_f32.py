@@ -3,7 +3,7 @@
 
 Trains `model_name` (default gpt-oss-small: batch 2 x 512 tokens) for --steps steps with
 dtype=float32, with dtype=bfloat16 (weight_dtype=float32; the bf16 weight copies as step
-state, bf16_weight_copy=true) and with dtype=bfloat16 bf16_weight_copy=false (the default: the
+state, bf16_weight_copy=true, the default) and with dtype=bfloat16 bf16_weight_copy=false (the
 weights cast inside the step), alternating the runs --rounds times (the machine is shared:
 alternating spreads the other jobs' load over all of them), and prints the median
 steady-state step time of each, tokens/s, TFLOP/s (MaxText's formula, as Kiln logs it), MFU

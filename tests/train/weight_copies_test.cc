@@ -126,16 +126,6 @@ TEST(WeightCopies, EvalOnTextDataIsTheSameWithAndWithoutCopies) {
   EXPECT_EQ(eval[0], eval[1]);
 }
 
-// Off unless asked for: the copies cost 2 bytes per parameter and measured no faster.
-TEST(WeightCopies, Bf16RunsCastInsideTheStepByDefault) {
-  auto options = StepProgramOptions::from_config(tiny_config("default", 1, {}));
-  ASSERT_TRUE(options.ok());
-  EXPECT_FALSE(options->weight_copies);
-  auto asked = StepProgramOptions::from_config(tiny_config("asked", 1, {"bf16_weight_copy=true"}));
-  ASSERT_TRUE(asked.ok());
-  EXPECT_TRUE(asked->weight_copies);
-}
-
 TEST(WeightCopies, F32RunsHaveNone) {
   config::Config cfg = tiny_config("f32", 1, {"dtype=float32"});
   auto model = models::make_model(cfg);
@@ -151,7 +141,7 @@ TEST(WeightCopies, F32RunsHaveNone) {
 
 TEST(WeightCopies, RestoreRemakesTheCopiesAndContinuesTheUninterruptedRun) {
   const std::vector<std::string> ckpt = {"steps=6", "enable_checkpointing=true", "checkpoint_period=3",
-                                         "async_checkpointing=false", "bf16_weight_copy=true"};
+                                         "async_checkpointing=false"};
   std::unique_ptr<Trainer> full = make_trainer(tiny_config("full", 1, ckpt));
   ASSERT_GT(full->program().num_copies(), 0);
   ASSERT_TRUE(full->run().ok());
