@@ -126,6 +126,16 @@ TEST(WeightCopies, EvalOnTextDataIsTheSameWithAndWithoutCopies) {
   EXPECT_EQ(eval[0], eval[1]);
 }
 
+// On unless turned off: about 4% faster with remat_policy=full for 2 bytes per parameter.
+TEST(WeightCopies, Bf16RunsKeepCopiesByDefault) {
+  auto options = StepProgramOptions::from_config(tiny_config("default", 1, {}));
+  ASSERT_TRUE(options.ok());
+  EXPECT_TRUE(options->weight_copies);
+  auto off = StepProgramOptions::from_config(tiny_config("off_by_key", 1, {"bf16_weight_copy=false"}));
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->weight_copies);
+}
+
 TEST(WeightCopies, F32RunsHaveNone) {
   config::Config cfg = tiny_config("f32", 1, {"dtype=float32"});
   auto model = models::make_model(cfg);
