@@ -19,6 +19,7 @@
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
+#include "tests/train/trainer_testing.h"
 
 namespace kiln::train {
 namespace {
@@ -58,11 +59,7 @@ Result<std::unique_ptr<Trainer>> make_trainer(const config::Config& cfg,
   return Trainer::create(cfg, std::move(model), options);
 }
 
-std::vector<double> losses(const Trainer& t) {
-  std::vector<double> out;
-  for (const StepRecord& r : t.history()) out.push_back(r.loss);
-  return out;
-}
+std::vector<double> losses(const Trainer& t) { return testing::step_losses(t); }
 
 TEST(Resume, TwentyStepsEqualTenPlusTenResumedBitwise) {
   std::string dir = temp_dir("exact");

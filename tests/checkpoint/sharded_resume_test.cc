@@ -18,6 +18,7 @@
 #include "kiln/ir/parser.h"
 #include "kiln/train/step_runner.h"
 #include "kiln/train/trainer.h"
+#include "tests/train/trainer_testing.h"
 
 namespace kiln::train {
 namespace {
@@ -55,22 +56,8 @@ config::Config mesh_config(const std::string& out, const std::string& run, const
   return *cfg;
 }
 
-std::unique_ptr<Trainer> make_trainer(const config::Config& cfg) {
-  auto model = models::make_model(cfg);
-  KILN_CHECK(model.ok()) << model.status().to_string();
-  TrainerOptions options;
-  options.console = nullptr;
-  options.write_metrics_file = false;
-  auto t = Trainer::create(cfg, std::move(*model), options);
-  KILN_CHECK(t.ok()) << t.status().to_string();
-  return std::move(*t);
-}
-
-std::vector<double> losses(const Trainer& t) {
-  std::vector<double> out;
-  for (const StepRecord& r : t.history()) out.push_back(r.loss);
-  return out;
-}
+std::unique_ptr<Trainer> make_trainer(const config::Config& cfg) { return testing::quiet_trainer(cfg); }
+std::vector<double> losses(const Trainer& t) { return testing::step_losses(t); }
 
 void expect_same_params(const Trainer& a, const Trainer& b, const std::string& what) {
   std::vector<ir::Literal> pa = a.params(), pb = b.params();

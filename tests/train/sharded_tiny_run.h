@@ -13,6 +13,7 @@
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
+#include "tests/train/trainer_testing.h"
 
 namespace kiln::train::testing {
 
@@ -50,9 +51,7 @@ inline std::vector<double> sharded_tiny_losses(const std::vector<std::string>& e
   KILN_CHECK(trainer.ok()) << trainer.status().to_string();
   Status s = (*trainer)->run();
   KILN_CHECK(s.ok()) << s.to_string();
-  std::vector<double> losses;
-  for (const StepRecord& r : (*trainer)->history()) losses.push_back(r.loss);
-  return losses;
+  return step_losses(**trainer);
 }
 
 }  // namespace kiln::train::testing

@@ -17,6 +17,7 @@
 #include "kiln/train/step_program.h"
 #include "kiln/train/synthetic_data.h"
 #include "kiln/train/trainer.h"
+#include "tests/train/trainer_testing.h"
 #include "tests/train/tiny_models.h"
 
 namespace kiln::train {
@@ -52,11 +53,7 @@ std::unique_ptr<Trainer> make_trainer(const config::Config& cfg, std::unique_ptr
   return std::move(*t);
 }
 
-std::vector<double> losses(const Trainer& t) {
-  std::vector<double> out;
-  for (const StepRecord& r : t.history()) out.push_back(r.loss);
-  return out;
-}
+std::vector<double> losses(const Trainer& t) { return testing::step_losses(t); }
 
 TEST(StepProgram, LayoutAndOneStepAgainstTheSchedule) {
   config::Config cfg = tiny_config(temp_dir("layout"));

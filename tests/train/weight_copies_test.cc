@@ -41,22 +41,8 @@ config::Config tiny_config(const std::string& run_name, int64_t devices, std::ve
   return *cfg;
 }
 
-std::unique_ptr<Trainer> make_trainer(const config::Config& cfg) {
-  auto model = models::make_model(cfg);
-  KILN_CHECK(model.ok()) << model.status().to_string();
-  TrainerOptions options;
-  options.console = nullptr;
-  options.write_metrics_file = false;
-  auto trainer = Trainer::create(cfg, std::move(*model), options);
-  KILN_CHECK(trainer.ok()) << trainer.status().to_string();
-  return std::move(*trainer);
-}
-
-std::vector<double> losses(const Trainer& t) {
-  std::vector<double> out;
-  for (const StepRecord& r : t.history()) out.push_back(r.loss);
-  return out;
-}
+std::unique_ptr<Trainer> make_trainer(const config::Config& cfg) { return testing::quiet_trainer(cfg); }
+std::vector<double> losses(const Trainer& t) { return testing::step_losses(t); }
 
 // Runs `steps` steps with the copies on and off; both must agree bit for bit.
 void expect_identical_with_and_without_copies(int64_t devices, const std::vector<std::string>& mesh, int steps) {
