@@ -11,9 +11,9 @@
 //   shard_slice    x [.., n*g, ..] -> [.., n, ..]  (a local copy)
 //
 // Each collective is issued (the runtime call, which posts this device's part) and then
-// finished (the wait, and unpacking a staged result). The synchronous kernel does both; the
-// async pair (ops/async_collective_ops.cc) splits them: the start issues into its own result
-// buffer and keeps the Pending and any staging in a slot of this thread, keyed by the start
+// finished (the wait). The synchronous kernel does both; the async pair
+// (ops/async_collective_ops.cc) splits them: the start issues into its own result buffer and
+// keeps the runtime's Pending in a slot of this thread, keyed by the start
 // instruction; the done finishes it and returns the start's buffer as its value (a view).
 // A run's start and done execute on the same device thread (one executable per device, one
 // run at a time), so a thread-local table is the per-executable, per-run state.
@@ -64,56 +64,49 @@ bool summable(const Instr& instr) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kS32 || t == DType::kF64;
 }
 
-// A collective between its issue and its finish: the runtime's handle.
-struct InFlight {
-  std::unique_ptr<runtime::Pending> pending;  // null: nothing to wait for (one-device group)
-};
+// A collective between its issue and its finish: the runtime's handle, or null when there
+// is nothing to wait for (a one-device group, copied at once).
+using InFlight = std::unique_ptr<runtime::Pending>;
 
 // all_gather: x [outer, n, inner] parts land as y [outer, rank * n, inner].
 InFlight issue_all_gather(const Instr& instr, const Buffer& x, void* y) {
-  InFlight f;
   ops::CollectiveGroup g = ops::collective_group(instr);
   const int64_t size = static_cast<int64_t>(g.members.size());
   if (size == 1) {
     std::memcpy(y, x.data(), x.byte_size());
-    return f;
+    return nullptr;
   }
   const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
-  f.pending = ops::current_device().collectives->all_gather_blocked(g.members, x.data(), x.byte_size(), y,
-                                                                    static_cast<size_t>(l.outer));
-  return f;
+  return ops::current_device().collectives->all_gather_blocked(g.members, x.data(), x.byte_size(), y,
+                                                                static_cast<size_t>(l.outer));
 }
 
 // reduce_scatter: x [outer, rank * n, inner] -> y [outer, n, inner], the sum of column my_rank.
 InFlight issue_reduce_scatter(const Instr& instr, const Buffer& x, Buffer& y) {
-  InFlight f;
   ops::CollectiveGroup g = ops::collective_group(instr);
   const int64_t size = static_cast<int64_t>(g.members.size());
   if (size == 1) {
     std::memcpy(y.data(), x.data(), x.byte_size());
-    return f;
+    return nullptr;
   }
   const Layout l = layout_of(x.shape(), instr.attrs().get_int("dim"));
-  f.pending = ops::current_device().collectives->reduce_scatter_blocked(
+  return ops::current_device().collectives->reduce_scatter_blocked(
       g.members, x.data(), y.data(), y.num_elements(), reduce_dtype(x.shape().dtype()),
       static_cast<size_t>(l.outer));
-  return f;
 }
 
 InFlight issue_all_reduce(const Instr& instr, const Buffer& x, Buffer& y) {
-  InFlight f;
   ops::CollectiveGroup g = ops::collective_group(instr);
   if (g.members.size() == 1) {
     std::memcpy(y.data(), x.data(), x.byte_size());
-    return f;
+    return nullptr;
   }
-  f.pending = ops::current_device().collectives->all_reduce(g.members, x.data(), y.data(), x.num_elements(),
-                                                            reduce_dtype(x.shape().dtype()));
-  return f;
+  return ops::current_device().collectives->all_reduce(g.members, x.data(), y.data(), x.num_elements(),
+                                                        reduce_dtype(x.shape().dtype()));
 }
 
 void finish_wait(const Instr& instr, InFlight& f) {
-  if (f.pending) ops::wait_for(std::move(f.pending), instr);
+  if (f) ops::wait_for(std::move(f), instr);
 }
 
 Kernel all_gather_kernel(const Instr& instr) {
@@ -152,7 +145,7 @@ Kernel start_kernel(const Instr& instr) {
       case ir::Opcode::kReduceScatterStart: f = issue_reduce_scatter(instr, x, out[0]); break;
       default: f = issue_all_reduce(instr, x, out[0]); break;
     }
-    if (f.pending) in_flight()[&instr] = std::move(f);  // else: a one-device group, already copied
+    if (f) in_flight()[&instr] = std::move(f);  // else: a one-device group, already copied
   };
 }
 
