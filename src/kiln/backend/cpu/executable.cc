@@ -223,8 +223,11 @@ void CpuExecutable::print_profile() const {
     total += v.first;
   }
   std::sort(rows.rbegin(), rows.rend());
+  // KILN_PROFILE_KERNELS=N prints the N largest rows (any other value: 25).
+  const int asked = std::atoi(std::getenv("KILN_PROFILE_KERNELS"));
+  const size_t limit = asked > 1 ? static_cast<size_t>(asked) : 25;
   std::fprintf(stderr, "kernel time by op and shape (total %.3f s):\n", total);
-  for (size_t i = 0; i < rows.size() && i < 25; ++i) std::fprintf(stderr, "%s\n", rows[i].second.c_str());
+  for (size_t i = 0; i < rows.size() && i < limit; ++i) std::fprintf(stderr, "%s\n", rows[i].second.c_str());
 }
 
 Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
