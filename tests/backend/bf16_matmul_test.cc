@@ -176,6 +176,11 @@ TEST(Bf16Matmul, GroupedMatmulsEqualInterpreterAcrossTiles) {
     // One group holds every row; sizes past M cut the last group.
     expect_matches_interpreter(gmm_module(600, 64, 72, {0, 0, 600}, false, out), 13);
     expect_matches_interpreter(gmm_module(300, 40, 40, {200, 200}, true, out), 14);
+    // The bf16 kernels' own cuts: a 900-row group in three equal row parts, K over 512 (the
+    // weight gradient's block cut both ways), and one small group whose output columns are
+    // split further so that there are enough tiles.
+    expect_matches_interpreter(gmm_module(1000, 520, 200, {0, 900, 100}, false, out), 15);
+    expect_matches_interpreter(gmm_module(100, 64, 256, {100}, true, out), 16);
   }
 }
 
