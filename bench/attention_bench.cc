@@ -12,6 +12,13 @@
 //   build-bench/bench/attention_bench
 //   build-bench/bench/attention_bench --benchmark_filter=flash
 //   /usr/bin/python3 bench/attention_vs_torch.py     (PyTorch's eager composite, same shapes)
+//
+// The step cases (attention_step/...) time the attention and attention_grad kernels alone,
+// each in its own program, on gpt-oss-small's exact layer shape (B=2, T=512, 8 query heads
+// over 2 kv heads, Dh=64, sinks, one segment id, causal and window 128) in bf16 and f32, and
+// print a hash of each kernel's outputs so a kernel change can be checked bit for bit:
+//
+//   OMP_NUM_THREADS=2 build-bench/bench/attention_bench --benchmark_filter=attention_step
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -29,6 +36,7 @@
 #include "kiln/base/check.h"
 #include "kiln/frontend/graph.h"
 #include "kiln/frontend/nn.h"
+#include "kiln/ir/parser.h"
 
 namespace kiln {
 namespace {
@@ -122,9 +130,164 @@ void bm_attention(benchmark::State& state, int64_t t, const std::string& variant
   state.counters["peak_MiB"] = static_cast<double>(r.peak_bytes) / (1 << 20);
 }
 
+// ---- step cases: attention and attention_grad alone on gpt-oss-small's layer shape ----
+
+constexpr int64_t kStepB = 2, kStepT = 512, kStepH = 8, kStepK = 2;
+
+struct StepResult {
+  double fwd_seconds = 0, bwd_seconds = 0;
+  uint64_t fwd_hash = 0, bwd_hash = 0;
+};
+std::map<std::string, StepResult>& step_results() {
+  static std::map<std::string, StepResult> r;
+  return r;
+}
+
+// FNV-1a over the bytes of every output buffer.
+uint64_t hash_outputs(const std::vector<Buffer>& outs) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Buffer& b : outs) {
+    const auto* p = static_cast<const unsigned char*>(b.data());
+    const int64_t n = b.byte_size();
+    for (int64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+// The forward (grad = false) or backward program: q, k, v in `dt`, f32 sinks, s32 segment
+// ids (q's and k's), and for the backward out, lse, dout, dlse.
+std::string step_program(const char* dt, int64_t window, bool grad) {
+  const std::string q = fmt::format("{}[{},{},{},{}]", dt, kStepB, kStepT, kStepH, kDh);
+  const std::string kv = fmt::format("{}[{},{},{},{}]", dt, kStepB, kStepT, kStepK, kDh);
+  const std::string lse = fmt::format("f32[{},{},{}]", kStepB, kStepH, kStepT);
+  std::string text = "module @m\nENTRY computation @main {\n";
+  text += fmt::format("  %q = {} parameter(), index=0\n  %k = {} parameter(), index=1\n", q, kv);
+  text += fmt::format("  %v = {} parameter(), index=2\n  %s = f32[{}] parameter(), index=3\n", kv, kStepH);
+  text += fmt::format("  %seg = s32[{},{}] parameter(), index=4\n", kStepB, kStepT);
+  const std::string attrs =
+      fmt::format("causal=1, scale=0.125{}", window > 0 ? fmt::format(", window={}", window) : "");
+  if (!grad) {
+    text += fmt::format("  ROOT %a = ({}, {}) attention(%q, %k, %v, %s, %seg, %seg), {}\n}}\n", q, lse, attrs);
+    return text;
+  }
+  text += fmt::format("  %o = {} parameter(), index=5\n  %l = {} parameter(), index=6\n", q, lse);
+  text += fmt::format("  %do = {} parameter(), index=7\n  %dl = {} parameter(), index=8\n", q, lse);
+  text += fmt::format("  ROOT %g = ({}, {}, {}, f32[{}]) attention_grad(%q, %k, %v, %s, %seg, %seg, %o, %l, %do, %dl), {}\n}}\n",
+                      q, kv, kv, kStepH, attrs);
+  return text;
+}
+
+std::unique_ptr<backend::Executable> compile_text(const std::string& text) {
+  auto module = ir::parse_module(text);
+  KILN_CHECK_OK(module);
+  backend::CompileOptions options;
+  auto exe = backend::compile_cpu(**module, options);
+  KILN_CHECK_OK(exe);
+  return std::move(*exe);
+}
+
+Buffer random_step_buffer(const ir::Shape& shape, std::mt19937_64& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(shape.num_elements());
+  for (double& x : v) x = dist(rng);
+  return Buffer::from_literal(ir::Literal(shape, std::move(v)));
+}
+
+// Median seconds of `iters` runs (after one warm-up) and the hash of the last outputs.
+std::pair<double, uint64_t> time_runs(backend::Executable& exe, const std::vector<Buffer>& args, int iters,
+                                      std::vector<Buffer>* outputs = nullptr) {
+  std::vector<double> times;
+  std::vector<Buffer> out;
+  for (int i = 0; i <= iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = exe.run(args);
+    KILN_CHECK_OK(r);
+    if (i > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    out = std::move(*r);
+  }
+  std::sort(times.begin(), times.end());
+  if (outputs) *outputs = out;
+  return {times[times.size() / 2], hash_outputs(out)};
+}
+
+void bm_attention_step(benchmark::State& state, bool bf16, int64_t window) {
+  const char* dt = bf16 ? "bf16" : "f32";
+  const ir::DType dtype = bf16 ? ir::DType::kBF16 : ir::DType::kF32;
+  setenv("KILN_ATTENTION_BF16_DOTS", "1", 1);
+  auto fwd = compile_text(step_program(dt, window, false));
+  auto bwd = compile_text(step_program(dt, window, true));
+  std::mt19937_64 rng(11);
+  const ir::Shape qs(dtype, {kStepB, kStepT, kStepH, kDh}), kvs(dtype, {kStepB, kStepT, kStepK, kDh});
+  const ir::Shape lse(ir::DType::kF32, {kStepB, kStepH, kStepT});
+  std::vector<Buffer> args = {random_step_buffer(qs, rng, -2, 2), random_step_buffer(kvs, rng, -2, 2),
+                              random_step_buffer(kvs, rng, -2, 2),
+                              random_step_buffer(ir::Shape(ir::DType::kF32, {kStepH}), rng, 0, 2),
+                              Buffer::from_literal(ir::Literal(ir::Shape(ir::DType::kS32, {kStepB, kStepT}),
+                                                               std::vector<double>(kStepB * kStepT, 1.0)))};
+  StepResult r;
+  std::vector<double> fwd_times, bwd_times;
+  std::vector<Buffer> fwd_out;
+  for (auto _ : state) {
+    auto [f, fh] = time_runs(*fwd, args, 10, &fwd_out);
+    // The backward of the forward's own out and lse, a random dout, dlse = 0 (the step's
+    // loss does not read lse).
+    std::vector<Buffer> bargs = args;
+    bargs.push_back(fwd_out[0]);
+    bargs.push_back(fwd_out[1]);
+    std::mt19937_64 grng(12);
+    bargs.push_back(random_step_buffer(qs, grng, -1, 1));
+    bargs.push_back(Buffer::zeros(lse));
+    auto [b, bh] = time_runs(*bwd, bargs, 10);
+    state.SetIterationTime(f + b);
+    fwd_times.push_back(f), bwd_times.push_back(b);
+    r.fwd_hash = fh, r.bwd_hash = bh;
+  }
+  std::sort(fwd_times.begin(), fwd_times.end());
+  std::sort(bwd_times.begin(), bwd_times.end());
+  r.fwd_seconds = fwd_times[fwd_times.size() / 2];
+  r.bwd_seconds = bwd_times[bwd_times.size() / 2];
+  step_results()[fmt::format("{}/{}", window, dt)] = r;
+  state.counters["fwd_ms"] = 1e3 * r.fwd_seconds;
+  state.counters["bwd_ms"] = 1e3 * r.bwd_seconds;
+}
+
+void print_step_table() {
+  if (step_results().empty()) return;
+  std::printf("\nattention / attention_grad kernels alone, gpt-oss-small's layer: B=%lld, T=%lld, %lld query heads over "
+              "%lld kv heads, Dh=%lld, sinks, one segment; medians of 10 runs (x3):\n",
+              static_cast<long long>(kStepB), static_cast<long long>(kStepT), static_cast<long long>(kStepH),
+              static_cast<long long>(kStepK), static_cast<long long>(kDh));
+  std::printf("%-10s %6s %10s %10s %10s   %-16s %-16s\n", "mask", "dtype", "fwd ms", "bwd ms", "f32/bf16", "fwd hash",
+              "bwd hash");
+  for (int64_t window : {int64_t{0}, kWindow}) {
+    for (const char* dt : {"f32", "bf16"}) {
+      auto it = step_results().find(fmt::format("{}/{}", window, dt));
+      if (it == step_results().end()) continue;
+      const StepResult& r = it->second;
+      auto f32 = step_results().find(fmt::format("{}/f32", window));
+      const double ratio = f32 == step_results().end()
+                               ? 0.0
+                               : (f32->second.fwd_seconds + f32->second.bwd_seconds) / (r.fwd_seconds + r.bwd_seconds);
+      std::printf("%-10s %6s %10.2f %10.2f %9.2fx   %016llx %016llx\n", window > 0 ? "window128" : "causal", dt,
+                  1e3 * r.fwd_seconds, 1e3 * r.bwd_seconds, ratio, static_cast<unsigned long long>(r.fwd_hash),
+                  static_cast<unsigned long long>(r.bwd_hash));
+    }
+  }
+  std::printf("(f32/bf16 = f32 fwd+bwd time / this row's; the hashes change only when the kernels' bits do)\n");
+}
+
 const std::vector<int64_t> kLengths = {1024, 2048, 4096};
 
 void register_all() {
+  for (int64_t window : {int64_t{0}, kWindow}) {
+    for (bool bf16 : {false, true}) {
+      std::string name = fmt::format("attention_step/{}/{}", bf16 ? "bf16" : "f32", window > 0 ? "window128" : "causal");
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { bm_attention_step(s, bf16, window); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(3);
+    }
+  }
   for (int64_t window : {int64_t{0}, kWindow}) {
     for (int64_t t : kLengths) {
       for (const char* variant : {"flash", "composite", "flash_bf16", "flash_bf16_f32math"}) {
@@ -184,5 +347,6 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   kiln::print_table();
+  kiln::print_step_table();
   return 0;
 }
