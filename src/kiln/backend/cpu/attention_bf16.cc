@@ -10,8 +10,8 @@
 //   dp = dout v^T       head dim     dout row, from the input        v: "dim pairs" tile
 //   o += p v            keys         p row rounded to bf16           v: "key pairs" tile
 //   dq += ds k          keys         ds row rounded to bf16          k: "key pairs" tile
-//   dk^T += q^T ds      queries      q^T pairs (once per task)        ds: "row pairs" of the tile
-//   dv^T += dout^T p    queries      dout^T pairs (once per task)     p: "row pairs" of the tile
+//   dk^T += q^T ds      queries      q row-pair words (once per task) ds: "row pairs" of the tile
+//   dv^T += dout^T p    queries      dout row-pair words (per task)   p: "row pairs" of the tile
 //
 // Tiles of one key block (kBk = 64 keys, zero-padded), in words:
 //   dim pairs [Dh/2][kBk]: word(x[c][2p], x[c][2p+1]) at p * kBk + c
@@ -131,13 +131,22 @@ Pack pack(const Geometry& g, const uint16_t* k, const uint16_t* v, bool k_dim, b
   return p;
 }
 
-// n rows of Dh bf16 (row r at x + r * stride) as pairs of rows, transposed:
-// out[e * pairs + rp] = word(x[2rp][e], x[2rp+1][e]), zero past n.
-void transposed_row_pairs(const uint16_t* x, int64_t stride, int64_t n, int64_t pairs, uint32_t* out) {
+// n rows of Dh bf16 (row r at x + r * stride) as pairs of rows:
+// out[rp * Dh + e] = word(x[2rp][e], x[2rp+1][e]), zero past n. Contiguous in e, so it
+// vectorizes; accumulate_transposed broadcasts single words of it, for which the order of
+// the words in memory does not matter.
+void row_pair_words(const uint16_t* x, int64_t stride, int64_t n, int64_t pairs, uint32_t* out) {
   for (int64_t rp = 0; rp < pairs; ++rp) {
     const uint16_t* r0 = x + 2 * rp * stride;
-    const uint16_t* r1 = 2 * rp + 1 < n ? r0 + stride : nullptr;
-    for (int64_t e = 0; e < kDh; ++e) out[e * pairs + rp] = r0[e] | static_cast<uint32_t>(r1 ? r1[e] : 0) << 16;
+    uint32_t* o = out + rp * kDh;
+    if (2 * rp + 1 < n) {
+      const uint16_t* r1 = r0 + stride;
+#pragma omp simd
+      for (int64_t e = 0; e < kDh; ++e) o[e] = r0[e] | static_cast<uint32_t>(r1[e]) << 16;
+    } else {
+#pragma omp simd
+      for (int64_t e = 0; e < kDh; ++e) o[e] = r0[e];
+    }
   }
 }
 
@@ -241,10 +250,10 @@ void accumulate_tile_bf16(const uint16_t* w, const uint32_t* x, int64_t nq, int6
   for (; r < nq; ++r) accumulate_rows_bf16<1>(w + r * kBk, x, pairs, alpha + r, acc + r * kDh);
 }
 
-// acc[e][c] += sum_rp y[e * ystride + rp] . x[rp][c] for e < Dh, c < kBk (acc [Dh][kBk] f32):
-// y the task's transposed row pairs of q or dout (from the tile's first pair), x the tile's
-// row pairs of ds or p. Four rows of acc at a time share each loaded vector of x.
-void accumulate_transposed(const uint32_t* y, int64_t ystride, const uint32_t* x, int64_t pairs, float* acc) {
+// acc[e][c] += sum_rp y[rp * Dh + e] . x[rp][c] for e < Dh, c < kBk (acc [Dh][kBk] f32):
+// y the task's row-pair words of q or dout (from the tile's first pair), x the tile's row
+// pairs of ds or p. Four rows of acc at a time share each loaded vector of x.
+void accumulate_transposed(const uint32_t* y, const uint32_t* x, int64_t pairs, float* acc) {
   for (int64_t e = 0; e < kDh; e += 4) {
     __m512 a[4][4];
 #pragma GCC unroll 4
@@ -257,7 +266,7 @@ void accumulate_transposed(const uint32_t* y, int64_t ystride, const uint32_t* x
       const __m512bh k0 = load_pairs(xr), k1 = load_pairs(xr + 16), k2 = load_pairs(xr + 32), k3 = load_pairs(xr + 48);
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m512bh u = splat(y[(e + i) * ystride + rp]);
+        const __m512bh u = splat(y[rp * kDh + e + i]);
         a[i][0] = _mm512_dpbf16_ps(a[i][0], u, k0);
         a[i][1] = _mm512_dpbf16_ps(a[i][1], u, k1);
         a[i][2] = _mm512_dpbf16_ps(a[i][2], u, k2);
@@ -341,7 +350,7 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
   const View sinks = g.sinks >= 0 ? view((*in[g.sinks])[0]) : View{};
   const int32_t* qseg = g.q_seg >= 0 ? (*in[g.q_seg])[0].as<int32_t>() : nullptr;
   const int32_t* kseg = g.kv_seg >= 0 ? (*in[g.kv_seg])[0].as<int32_t>() : nullptr;
-  const View out = view((*in[g.out])[0]), dout_v = view((*in[g.dout])[0]);
+  const uint16_t* out_bits = bits(in[g.out]);  // out has q's dtype: bf16
   const View lse = view((*in[g.lse])[0]), dlse = view((*in[g.dlse])[0]);
   const int64_t stride = g.H * kDh, tpairs = (g.T + 1) / 2;
   const Pack kv = pack(g, bits(in[1]), bits(in[2]), true, true, true, false);
@@ -365,17 +374,31 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
       const int32_t* qs = qseg ? qseg + b * g.T : nullptr;
       const int32_t* ks = kseg ? kseg + b * g.S : nullptr;
       const int64_t q_off = (b * g.T * g.H + h) * kDh;
-      transposed_row_pairs(q + q_off, stride, g.T, tpairs, qt.data());
-      transposed_row_pairs(dout + q_off, stride, g.T, tpairs, dot.data());
+      row_pair_words(q + q_off, stride, g.T, tpairs, qt.data());
+      row_pair_words(dout + q_off, stride, g.T, tpairs, dot.data());
       std::fill(dqa.begin(), dqa.end(), 0.0f);
       const float sink = g.sinks >= 0 ? sinks[h] : kNegInf;
       float dsink = 0;
+      // D_i = dout_i . out_i - dlse_i, each a sequential sum over e, for 16 rows side by side
+      // (16 independent chains instead of one; rows past T repeat the last and are dropped).
+      for (int64_t i = 0; i < g.T; i += 16) {
+        float d[16];
+        const uint16_t* orow[16];
+        const uint16_t* grow[16];
+        for (int r = 0; r < 16; ++r) {
+          const int64_t row = std::min(i + r, g.T - 1);
+          d[r] = -dlse[(b * g.H + h) * g.T + row];
+          orow[r] = out_bits + q_off + row * stride;
+          grow[r] = dout + q_off + row * stride;
+        }
+        for (int64_t e = 0; e < kDh; ++e) {
+          for (int r = 0; r < 16; ++r) d[r] += bf16_to_f32(grow[r][e]) * bf16_to_f32(orow[r][e]);
+        }
+        for (int64_t r = 0; r < std::min<int64_t>(16, g.T - i); ++r) dvec[i + r] = d[r];
+      }
       for (int64_t i = 0; i < g.T; ++i) {
-        float d = -dlse[(b * g.H + h) * g.T + i];
-        for (int64_t e = 0; e < kDh; ++e) d += dout_v[q_off + i * stride + e] * out[q_off + i * stride + e];
-        dvec[i] = d;
         lrow[i] = lse[(b * g.H + h) * g.T + i];
-        if (g.sinks >= 0 && lrow[i] != kNegInf) dsink -= std::exp(sink - lrow[i]) * d;
+        if (g.sinks >= 0 && lrow[i] != kNegInf) dsink -= std::exp(sink - lrow[i]) * dvec[i];
       }
       dsink_partial[b * g.H + h] = dsink;
       for (int64_t j0 = 0; j0 < g.S; j0 += kBk) {
@@ -403,30 +426,39 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
           const int64_t pairs = (nq + 1) / 2;
           row_pairs(dp.data(), nq, ds_pairs.data());
           row_pairs(s.data(), nq, p_pairs.data());
-          accumulate_transposed(qt.data() + i0 / 2, tpairs, ds_pairs.data(), pairs, dkb);
-          accumulate_transposed(dot.data() + i0 / 2, tpairs, p_pairs.data(), pairs, dvb);
+          accumulate_transposed(qt.data() + i0 / 2 * kDh, ds_pairs.data(), pairs, dkb);
+          accumulate_transposed(dot.data() + i0 / 2 * kDh, p_pairs.data(), pairs, dvb);
         }
       }
       for (int64_t i = 0; i < g.T; ++i) store_row(dq, q_off + i * stride, dqa.data() + i * kDh, kDh, g.scale);
     }
   }
-  // Sum the threads' transposed copies into dk and dv ([B, S, K, Dh]).
+  // Sum the threads' transposed copies into dk and dv ([B, S, K, Dh]), one key block at a
+  // time: the sum runs along contiguous memory (thread copies added in order, from 0, as
+  // before), then each key's row is read out of the summed tile.
 #pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < g.B * g.K * g.S; ++row) {
-    const int64_t j = row % g.S, kh = (row / g.S) % g.K, b = row / (g.S * g.K);
-    const int64_t base = ((b * g.K + kh) * kv.blocks + j / kBk) * kDh * kBk + j % kBk;
-    float sk[kDh], sv[kDh];
-    for (int64_t e = 0; e < kDh; ++e) {
-      float a = 0, c = 0;
-      for (int t = 0; t < threads; ++t) {
-        a += dk_acc[t * kv_elems + base + e * kBk];
-        c += dv_acc[t * kv_elems + base + e * kBk];
+  for (int64_t blk = 0; blk < g.B * g.K * kv.blocks; ++blk) {
+    const int64_t jb = blk % kv.blocks, kh = (blk / kv.blocks) % g.K, b = blk / (kv.blocks * g.K);
+    const int64_t j0 = jb * kBk, nk = std::min(kBk, g.S - j0);
+    alignas(64) float sk[kDh * kBk], sv[kDh * kBk];
+    std::fill(sk, sk + kDh * kBk, 0.0f);
+    std::fill(sv, sv + kDh * kBk, 0.0f);
+    for (int t = 0; t < threads; ++t) {
+      const float* ak = dk_acc.data() + t * kv_elems + blk * kDh * kBk;
+      const float* av = dv_acc.data() + t * kv_elems + blk * kDh * kBk;
+#pragma omp simd
+      for (int64_t x = 0; x < kDh * kBk; ++x) {
+        sk[x] += ak[x];
+        sv[x] += av[x];
       }
-      sk[e] = a, sv[e] = c;
     }
-    const int64_t o = ((b * g.S + j) * g.K + kh) * kDh;
-    store_row(dk, o, sk, kDh, g.scale);
-    store_row(dv, o, sv, kDh, 1.0f);
+    for (int64_t c = 0; c < nk; ++c) {
+      float rk[kDh], rv[kDh];
+      for (int64_t e = 0; e < kDh; ++e) rk[e] = sk[e * kBk + c], rv[e] = sv[e * kBk + c];
+      const int64_t o = ((b * g.S + j0 + c) * g.K + kh) * kDh;
+      store_row(dk, o, rk, kDh, g.scale);
+      store_row(dv, o, rv, kDh, 1.0f);
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "kiln/backend/buffer.h"
+#include "kiln/backend/cpu/bf16_convert.h"
 #include "kiln/ir/instr.h"
 
 namespace kiln::backend::cpu::attention_detail {
@@ -110,8 +111,6 @@ inline void exp_row_ds(float* s, float* dp, float lse, float d) {
 #endif
 }
 
-inline float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
 // Element access in f32 whatever the stored dtype (f32 or bf16).
 struct View {
   const void* data = nullptr;
@@ -123,9 +122,10 @@ struct View {
 
 inline View view(const Buffer& b) { return {b.data(), b.shape().dtype() == DType::kBF16}; }
 
+// bf16 stores round inline (f32_to_bf16: ir::float_to_bf16_bits' bits), so rows vectorize.
 inline void store(Buffer& b, int64_t i, float value) {
   if (b.shape().dtype() == DType::kBF16) {
-    b.as<uint16_t>()[i] = ir::float_to_bf16_bits(value);
+    b.as<uint16_t>()[i] = f32_to_bf16(value);
   } else {
     b.as<float>()[i] = value;
   }
@@ -135,7 +135,8 @@ inline void store(Buffer& b, int64_t i, float value) {
 inline void store_row(Buffer& b, int64_t offset, const float* src, int64_t n, float mul) {
   if (b.shape().dtype() == DType::kBF16) {
     uint16_t* d = b.as<uint16_t>() + offset;
-    for (int64_t e = 0; e < n; ++e) d[e] = ir::float_to_bf16_bits(src[e] * mul);
+#pragma omp simd
+    for (int64_t e = 0; e < n; ++e) d[e] = f32_to_bf16(src[e] * mul);
   } else {
     float* d = b.as<float>() + offset;
 #pragma omp simd
@@ -196,16 +197,35 @@ struct Geometry {
   }
 };
 
-// Sets disallowed entries of the tile (and the padding columns past nk) to -inf.
+// Whether every query of [i0, i0 + nq) and every key of [j0, j0 + nk) carry one segment id,
+// so that the segment mask leaves the tile alone (the common case: one document per row, or
+// a tile inside one document).
+inline bool one_segment(const int32_t* qs, int64_t i0, int64_t nq, const int32_t* ks, int64_t j0, int64_t nk) {
+  const int32_t id = qs[i0];
+  bool same = true;
+  for (int64_t r = 0; r < nq; ++r) same &= qs[i0 + r] == id;
+  for (int64_t c = 0; c < nk; ++c) same &= ks[j0 + c] == id;
+  return same;
+}
+
+// Sets disallowed entries of the tile (and the padding columns past nk) to -inf. The causal
+// and window masks leave each row one run of visible keys, [c_lo, c_hi); the segment mask
+// is applied only when the tile spans more than one segment id.
 inline void mask_tile(const Geometry& g, const int32_t* qs, const int32_t* ks, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
                bool positional, float* s) {
+  const bool segments = qs && !one_segment(qs, i0, nq, ks, j0, nk);
   for (int64_t r = 0; r < nq; ++r) {
     float* sr = s + r * kBk;
-    for (int64_t c = nk; c < kBk; ++c) sr[c] = kNegInf;
-    for (int64_t c = 0; c < nk; ++c) {
-      bool ok = !positional || g.allowed(i0 + r, j0 + c);
-      if (qs) ok = ok && qs[i0 + r] == ks[j0 + c];
-      if (!ok) sr[c] = kNegInf;
+    const int64_t i = i0 + r;
+    int64_t c_lo = 0, c_hi = nk;  // allowed(i, j): j <= i (causal) and j > i - window
+    if (positional && g.causal) c_hi = std::clamp<int64_t>(i - j0 + 1, 0, nk);
+    if (positional && g.window > 0) c_lo = std::clamp<int64_t>(i - g.window + 1 - j0, 0, nk);
+#pragma omp simd
+    for (int64_t c = 0; c < kBk; ++c) sr[c] = c < c_lo || c >= c_hi ? kNegInf : sr[c];
+    if (segments) {
+      const int32_t id = qs[i];
+#pragma omp simd
+      for (int64_t c = 0; c < nk; ++c) sr[c] = ks[j0 + c] == id ? sr[c] : kNegInf;
     }
   }
 }
