@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <random>
 #include <string>
@@ -136,6 +137,7 @@ constexpr int64_t kStepB = 2, kStepT = 512, kStepH = 8, kStepK = 2;
 
 struct StepResult {
   double fwd_seconds = 0, bwd_seconds = 0;
+  double fwd_cpu = 0, bwd_cpu = 0;  // process CPU seconds (all threads, spinning included)
   uint64_t fwd_hash = 0, bwd_hash = 0;
 };
 std::map<std::string, StepResult>& step_results() {
@@ -193,21 +195,38 @@ Buffer random_step_buffer(const ir::Shape& shape, std::mt19937_64& rng, double l
   return Buffer::from_literal(ir::Literal(shape, std::move(v)));
 }
 
-// Median seconds of `iters` runs (after one warm-up) and the hash of the last outputs.
-std::pair<double, uint64_t> time_runs(backend::Executable& exe, const std::vector<Buffer>& args, int iters,
-                                      std::vector<Buffer>* outputs = nullptr) {
-  std::vector<double> times;
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Timing {
+  double seconds = 0, cpu_seconds = 0;
+  uint64_t hash = 0;
+};
+
+// Median wall and CPU seconds of `iters` runs (after one warm-up) and the hash of the last
+// outputs. CPU time is the steadier figure on a loaded machine.
+Timing time_runs(backend::Executable& exe, const std::vector<Buffer>& args, int iters,
+                 std::vector<Buffer>* outputs = nullptr) {
+  std::vector<double> times, cpu;
   std::vector<Buffer> out;
   for (int i = 0; i <= iters; ++i) {
+    const double c0 = process_cpu_seconds();
     auto t0 = std::chrono::steady_clock::now();
     auto r = exe.run(args);
     KILN_CHECK_OK(r);
-    if (i > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (i > 0) {
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      cpu.push_back(process_cpu_seconds() - c0);
+    }
     out = std::move(*r);
   }
   std::sort(times.begin(), times.end());
+  std::sort(cpu.begin(), cpu.end());
   if (outputs) *outputs = out;
-  return {times[times.size() / 2], hash_outputs(out)};
+  return {times[times.size() / 2], cpu[cpu.size() / 2], hash_outputs(out)};
 }
 
 void bm_attention_step(benchmark::State& state, bool bf16, int64_t window) {
@@ -224,11 +243,10 @@ void bm_attention_step(benchmark::State& state, bool bf16, int64_t window) {
                               random_step_buffer(ir::Shape(ir::DType::kF32, {kStepH}), rng, 0, 2),
                               Buffer::from_literal(ir::Literal(ir::Shape(ir::DType::kS32, {kStepB, kStepT}),
                                                                std::vector<double>(kStepB * kStepT, 1.0)))};
-  StepResult r;
-  std::vector<double> fwd_times, bwd_times;
+  std::vector<Timing> fwd_times, bwd_times;
   std::vector<Buffer> fwd_out;
   for (auto _ : state) {
-    auto [f, fh] = time_runs(*fwd, args, 10, &fwd_out);
+    const Timing f = time_runs(*fwd, args, 10, &fwd_out);
     // The backward of the forward's own out and lse, a random dout, dlse = 0 (the step's
     // loss does not read lse).
     std::vector<Buffer> bargs = args;
@@ -237,15 +255,18 @@ void bm_attention_step(benchmark::State& state, bool bf16, int64_t window) {
     std::mt19937_64 grng(12);
     bargs.push_back(random_step_buffer(qs, grng, -1, 1));
     bargs.push_back(Buffer::zeros(lse));
-    auto [b, bh] = time_runs(*bwd, bargs, 10);
-    state.SetIterationTime(f + b);
+    const Timing b = time_runs(*bwd, bargs, 10);
+    state.SetIterationTime(f.seconds + b.seconds);
     fwd_times.push_back(f), bwd_times.push_back(b);
-    r.fwd_hash = fh, r.bwd_hash = bh;
   }
-  std::sort(fwd_times.begin(), fwd_times.end());
-  std::sort(bwd_times.begin(), bwd_times.end());
-  r.fwd_seconds = fwd_times[fwd_times.size() / 2];
-  r.bwd_seconds = bwd_times[bwd_times.size() / 2];
+  auto median = [](std::vector<Timing> v, auto field) {
+    std::sort(v.begin(), v.end(), [&](const Timing& x, const Timing& y) { return x.*field < y.*field; });
+    return v[v.size() / 2].*field;
+  };
+  StepResult r;
+  r.fwd_seconds = median(fwd_times, &Timing::seconds), r.fwd_cpu = median(fwd_times, &Timing::cpu_seconds);
+  r.bwd_seconds = median(bwd_times, &Timing::seconds), r.bwd_cpu = median(bwd_times, &Timing::cpu_seconds);
+  r.fwd_hash = fwd_times.back().hash, r.bwd_hash = bwd_times.back().hash;
   step_results()[fmt::format("{}/{}", window, dt)] = r;
   state.counters["fwd_ms"] = 1e3 * r.fwd_seconds;
   state.counters["bwd_ms"] = 1e3 * r.bwd_seconds;
@@ -257,8 +278,8 @@ void print_step_table() {
               "%lld kv heads, Dh=%lld, sinks, one segment; medians of 10 runs (x3):\n",
               static_cast<long long>(kStepB), static_cast<long long>(kStepT), static_cast<long long>(kStepH),
               static_cast<long long>(kStepK), static_cast<long long>(kDh));
-  std::printf("%-10s %6s %10s %10s %10s   %-16s %-16s\n", "mask", "dtype", "fwd ms", "bwd ms", "f32/bf16", "fwd hash",
-              "bwd hash");
+  std::printf("%-10s %6s %10s %10s %10s %12s %12s   %-16s %-16s\n", "mask", "dtype", "fwd ms", "bwd ms", "f32/bf16",
+              "fwd cpu ms", "bwd cpu ms", "fwd hash", "bwd hash");
   for (int64_t window : {int64_t{0}, kWindow}) {
     for (const char* dt : {"f32", "bf16"}) {
       auto it = step_results().find(fmt::format("{}/{}", window, dt));
@@ -268,12 +289,14 @@ void print_step_table() {
       const double ratio = f32 == step_results().end()
                                ? 0.0
                                : (f32->second.fwd_seconds + f32->second.bwd_seconds) / (r.fwd_seconds + r.bwd_seconds);
-      std::printf("%-10s %6s %10.2f %10.2f %9.2fx   %016llx %016llx\n", window > 0 ? "window128" : "causal", dt,
-                  1e3 * r.fwd_seconds, 1e3 * r.bwd_seconds, ratio, static_cast<unsigned long long>(r.fwd_hash),
-                  static_cast<unsigned long long>(r.bwd_hash));
+      std::printf("%-10s %6s %10.2f %10.2f %9.2fx %12.2f %12.2f   %016llx %016llx\n", window > 0 ? "window128" : "causal",
+                  dt, 1e3 * r.fwd_seconds, 1e3 * r.bwd_seconds, ratio, 1e3 * r.fwd_cpu, 1e3 * r.bwd_cpu,
+                  static_cast<unsigned long long>(r.fwd_hash), static_cast<unsigned long long>(r.bwd_hash));
     }
   }
-  std::printf("(f32/bf16 = f32 fwd+bwd time / this row's; the hashes change only when the kernels' bits do)\n");
+  std::printf("(f32/bf16 = f32 fwd+bwd wall time / this row's; cpu = process CPU time of a run, all threads; the hashes "
+              "change only when the kernels' bits do, and the backward's also with the thread count and, above one "
+              "thread, run to run: dk and dv sum per-thread partial sums of dynamically scheduled heads)\n");
 }
 
 const std::vector<int64_t> kLengths = {1024, 2048, 4096};
