@@ -65,11 +65,18 @@ inline __m512 exp16(__m512 x) {
 }
 #endif
 
+// The maximum of a row (exact whatever the order: a tree of vector maxima, where the scalar
+// loop the compiler made of a `simd reduction(max)` was one chain of 64 dependent maxss).
 inline float row_max(const float* s) {
+#if defined(__AVX512F__)
+  const __m512 a = _mm512_max_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16));
+  const __m512 b = _mm512_max_ps(_mm512_loadu_ps(s + 32), _mm512_loadu_ps(s + 48));
+  return _mm512_reduce_max_ps(_mm512_max_ps(a, b));
+#else
   float m = kNegInf;
-#pragma omp simd reduction(max : m)
   for (int64_t c = 0; c < kBk; ++c) m = std::max(m, s[c]);
   return m;
+#endif
 }
 
 // s[c] = exp(s[c] - m); returns the sum.
