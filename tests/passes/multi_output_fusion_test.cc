@@ -96,6 +96,71 @@ ENTRY computation @main {
 )", true);
 }
 
+// The bf16 weight copy: the update %q feeds both the copy %c (a loop fusion: it absorbs %q
+// first, becoming the multi-output loop fusion (c, q)) and the norm; the norm then absorbs that
+// whole multi-output fusion. One input fusion remains: the norm, the copy and q, each computed
+// once, as in the float32 step.
+TEST(MultiOutputFusion, MergesAMultiOutputProducerIntoAReduction) {
+  MultiOutputFusionPass pass;
+  check_pass(pass, R"(module @adamw_copy
+
+computation @fused.p {
+  %up.p = f32[4,8] parameter(), index=0
+  %up.m = f32[4,8] parameter(), index=1
+  %up.n = f32[4,8] parameter(), index=2
+  %up.s = f32[4,8] sqrt(%up.n)
+  %up.d = f32[4,8] div(%up.m, %up.s)
+  ROOT %up.q = f32[4,8] sub(%up.p, %up.d)
+}
+
+computation @fused.norm {
+  %norm.q = f32[4,8] parameter(), index=0
+  %norm.qq = f32[4,8] mul(%norm.q, %norm.q)
+  ROOT %norm.r = f32[] reduce_sum(%norm.qq), dims={0,1}
+}
+
+computation @fused.copy {
+  %copy.q = f32[4,8] parameter(), index=0
+  ROOT %copy.c = bf16[4,8] convert(%copy.q)
+}
+
+ENTRY computation @main {
+  %p = f32[4,8] parameter(), index=0
+  %m = f32[4,8] parameter(), index=1
+  %n = f32[4,8] parameter(), index=2
+  %q = f32[4,8] fusion(%p, %m, %n), kind=loop, calls={@fused.p}
+  %norm = f32[] fusion(%q), kind=input, calls={@fused.norm}
+  %c = bf16[4,8] fusion(%q), kind=loop, calls={@fused.copy}
+  ROOT %t = (f32[4,8], bf16[4,8], f32[]) tuple(%q, %c, %norm)
+}
+)", R"(module @adamw_copy
+
+computation @fused.12 {
+  %parameter.13 = f32[4,8] parameter(), index=0
+  %parameter.14 = f32[4,8] parameter(), index=1
+  %parameter.15 = f32[4,8] parameter(), index=2
+  %sqrt.16 = f32[4,8] sqrt(%parameter.15)
+  %div.17 = f32[4,8] div(%parameter.14, %sqrt.16)
+  %sub.18 = f32[4,8] sub(%parameter.13, %div.17)
+  %convert.19 = bf16[4,8] convert(%sub.18)
+  %mul.20 = f32[4,8] mul(%sub.18, %sub.18)
+  %reduce_sum.21 = f32[] reduce_sum(%mul.20), dims={0,1}
+  ROOT %tuple.22 = (f32[], bf16[4,8], f32[4,8]) tuple(%reduce_sum.21, %convert.19, %sub.18)
+}
+
+ENTRY computation @main {
+  %p = f32[4,8] parameter(), index=0
+  %m = f32[4,8] parameter(), index=1
+  %n = f32[4,8] parameter(), index=2
+  %fusion.23 = (f32[], bf16[4,8], f32[4,8]) fusion(%p, %m, %n), kind=input, calls={@fused.12}
+  %get_tuple_element.26 = f32[4,8] get_tuple_element(%fusion.23), index=2
+  %get_tuple_element.25 = bf16[4,8] get_tuple_element(%fusion.23), index=1
+  %get_tuple_element.24 = f32[] get_tuple_element(%fusion.23), index=0
+  ROOT %t = (f32[4,8], bf16[4,8], f32[]) tuple(%get_tuple_element.26, %get_tuple_element.25, %get_tuple_element.24)
+}
+)", true);
+}
+
 // %u reads %a and feeds %c: merging %a into %c would make the fusion depend on itself.
 TEST(MultiOutputFusion, RefusesWhenAnotherReaderLeadsToTheConsumer) {
   const char* text = R"(module @cycle
@@ -116,6 +181,38 @@ ENTRY computation @main {
   %w = f32[4,4] parameter(), index=1
   %a = f32[4] fusion(%x), kind=loop, calls={@fused.a}
   %u = f32[4] dot_general(%w, %a), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
+  ROOT %c = f32[4] fusion(%a, %u), kind=loop, calls={@fused.c}
+}
+)";
+  MultiOutputFusionPass pass;
+  check_pass(pass, text, text, false);
+}
+
+// The consumer %c reads element 0 of the multi-output fusion %ab; element 1 feeds %u, which
+// feeds %c: merging %ab into %c would make the fusion depend on itself through the sibling.
+TEST(MultiOutputFusion, RefusesWhenASiblingElementsReaderLeadsToTheConsumer) {
+  const char* text = R"(module @sibling_cycle
+
+computation @fused.ab {
+  %ab.x = f32[4] parameter(), index=0
+  %ab.e = f32[4] exp(%ab.x)
+  %ab.n = f32[4] neg(%ab.x)
+  ROOT %ab.t = (f32[4], f32[4]) tuple(%ab.e, %ab.n)
+}
+
+computation @fused.c {
+  %c.a = f32[4] parameter(), index=0
+  %c.u = f32[4] parameter(), index=1
+  ROOT %c.s = f32[4] add(%c.a, %c.u)
+}
+
+ENTRY computation @main {
+  %x = f32[4] parameter(), index=0
+  %w = f32[4,4] parameter(), index=1
+  %ab = (f32[4], f32[4]) fusion(%x), kind=loop, calls={@fused.ab}
+  %a = f32[4] get_tuple_element(%ab), index=0
+  %b = f32[4] get_tuple_element(%ab), index=1
+  %u = f32[4] dot_general(%w, %b), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
   ROOT %c = f32[4] fusion(%a, %u), kind=loop, calls={@fused.c}
 }
 )";

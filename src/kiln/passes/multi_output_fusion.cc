@@ -69,11 +69,58 @@ bool reaches(const std::vector<Instr*>& from, const Instr* target, Graph& g) {
   return false;
 }
 
-std::vector<Instr*> other_users(const Instr* producer, const Instr* consumer, const Graph& g) {
+// Whether `operand` is (one of) the producer's value(s): the fusion itself, or an element of
+// a multi-output one.
+bool reads_from(const Instr* operand, const Instr* producer) {
+  return operand == producer ||
+         (operand->opcode() == Opcode::kGetTupleElement && operand->operand(0) == producer);
+}
+
+// The fusion a consumer's operand comes from: the operand, or the multi-output fusion it is an
+// element of.
+Instr* source_of(Instr* operand) {
+  if (operand->opcode() == Opcode::kGetTupleElement && is_fusion(operand->operand(0))) return operand->operand(0);
+  return operand;
+}
+
+// Which of the producer's outputs `value` is (reads_from holds): 0 for the fusion itself.
+int output_index(const Instr* value) {
+  return value->opcode() == Opcode::kGetTupleElement ? static_cast<int>(value->attrs().get_int("index")) : 0;
+}
+
+// The producer's values as the program reads them: the fusion, or its live elements.
+std::vector<Instr*> values_of(Instr* producer, const Graph& g) {
+  if (!producer->shape().is_tuple()) return {producer};
   std::vector<Instr*> out;
   for (Instr* u : producer->users()) {
-    if (u != consumer && !g.dead.count(u) && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+    if (!g.dead.count(u) && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
   }
+  return out;
+}
+
+// The live readers of the producer's values other than the consumer.
+std::vector<Instr*> other_users(Instr* producer, const Instr* consumer, const Graph& g) {
+  std::vector<Instr*> out;
+  for (const Instr* v : values_of(producer, g)) {
+    for (Instr* u : v->users()) {
+      if (u != consumer && !g.dead.count(u) && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+    }
+  }
+  return out;
+}
+
+// The producer's outputs that something besides the consumer still reads (or the entry
+// returns), ascending: they stay outputs of the merged fusion.
+std::vector<int> escaping_outputs(Instr* producer, const Instr* consumer, const ir::Computation& comp,
+                                  const Graph& g) {
+  std::vector<int> out;
+  for (const Instr* v : values_of(producer, g)) {
+    bool escapes = comp.root() == v;
+    for (const Instr* u : v->users()) escapes = escapes || (u != consumer && !g.dead.count(u));
+    if (escapes) out.push_back(output_index(v));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
@@ -81,7 +128,7 @@ int merged_operand_count(const Instr* producer, const Instr* consumer) {
   // A few dozen at most: a sorted vector, not a hash set.
   std::vector<const Instr*> operands(producer->operands().begin(), producer->operands().end());
   for (const Instr* o : consumer->operands()) {
-    if (o != producer) operands.push_back(o);
+    if (!reads_from(o, producer)) operands.push_back(o);
   }
   std::sort(operands.begin(), operands.end());
   return static_cast<int>(std::unique(operands.begin(), operands.end()) - operands.begin());
@@ -94,11 +141,11 @@ struct Slot {
   double at() const { return std::isinf(before) ? after + 1 : (after + before) / 2; }
 };
 
-Slot slot_for(const Instr* producer, const Instr* consumer, const Graph& g) {
+Slot slot_for(Instr* producer, const Instr* consumer, const Graph& g) {
   Slot s;
   for (const Instr* o : producer->operands()) s.after = std::max(s.after, g.pos.at(o));
   for (const Instr* o : consumer->operands()) {
-    if (o != producer) s.after = std::max(s.after, g.pos.at(o));
+    if (!reads_from(o, producer)) s.after = std::max(s.after, g.pos.at(o));
   }
   for (const Instr* u : consumer->users()) {
     if (!g.dead.count(u)) s.before = std::min(s.before, g.pos.at(u));
@@ -112,7 +159,7 @@ Slot slot_for(const Instr* producer, const Instr* consumer, const Graph& g) {
 const char* mapped_read_conflict(const Instr* producer, const Instr* consumer) {
   const ir::Computation& body = *consumer->called()[0];
   for (int k = 0; k < consumer->num_operands(); ++k) {
-    if (consumer->operand(k) != producer) continue;
+    if (!reads_from(consumer->operand(k), producer)) continue;
     for (const Instr* u : body.param(k)->users()) {
       if (is_mapped_read(*u)) return "the consumer reads it through a transpose or broadcast";
     }
@@ -125,13 +172,27 @@ const char* mapped_read_conflict(const Instr* producer, const Instr* consumer) {
   return nullptr;
 }
 
-bool can_merge(const Instr* producer, const Instr* consumer, Graph& g) {
-  if (!is_fusion(producer) || producer == consumer || kind(producer) != "loop" || producer->shape().is_tuple()) {
-    return false;
+// The producer's output shapes: its one result, or its tuple's elements.
+std::vector<ir::Shape> output_shapes(const Instr* fusion) {
+  if (!fusion->shape().is_tuple()) return {fusion->shape()};
+  return fusion->shape().elements();
+}
+
+bool can_merge(Instr* producer, Instr* consumer, const ir::Computation& comp, Graph& g) {
+  if (!is_fusion(producer) || producer == consumer || kind(producer) != "loop") return false;
+  if (producer->shape().is_tuple()) {
+    // A multi-output loop fusion (an earlier merge, e.g. AdamW's update with the bf16 copy):
+    // merged whole when every reader takes one element; the tuple as a value is left alone.
+    for (const Instr* u : producer->users()) {
+      if (!g.dead.count(u) && u->opcode() != Opcode::kGetTupleElement) return false;
+    }
+    if (comp.root() == producer) return false;
   }
-  if (producer->shape().dims() != loop_dims(consumer)) {
-    KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": other dims";
-    return false;
+  for (const ir::Shape& s : output_shapes(producer)) {
+    if (s.dims() != loop_dims(consumer)) {
+      KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": other dims";
+      return false;
+    }
   }
   if (const char* why = mapped_read_conflict(producer, consumer)) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": " << why;
@@ -139,7 +200,7 @@ bool can_merge(const Instr* producer, const Instr* consumer, Graph& g) {
   }
   std::vector<Instr*> others = other_users(producer, consumer, g);
   if (merged_operand_count(producer, consumer) > kMaxOperands ||
-      num_outputs(consumer) + (others.empty() ? 0 : 1) > kMaxOutputs) {
+      num_outputs(consumer) + static_cast<int>(escaping_outputs(producer, consumer, comp, g).size()) > kMaxOutputs) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": too large";
     return false;
   }
@@ -192,16 +253,22 @@ std::unordered_map<const Instr*, Instr*> inline_into(ir::Computation& body, ir::
 // output order); returns it.
 Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* consumer, Graph& g,
              std::vector<ir::Computation*>& dead_bodies) {
-  const bool escapes = !other_users(producer, consumer, g).empty();
+  const std::vector<int> escaping = escaping_outputs(producer, consumer, comp, g);
   const Slot slot = slot_for(producer, consumer, g);
   ir::Computation* body = module.add_computation(module.fresh_id("fused"));
   FusionInputs inputs(*body);
   auto from_producer =
       inline_into(*body, *producer->called()[0], [&](int k) { return inputs.param_for(producer->operand(k)); });
-  Instr* produced = from_producer.at(producer->called()[0]->root());
+  std::vector<Instr*> produced;  // the producer's outputs, inside the merged body
+  const Instr* producer_root = producer->called()[0]->root();
+  if (producer->shape().is_tuple()) {
+    for (const Instr* o : producer_root->operands()) produced.push_back(from_producer.at(o));
+  } else {
+    produced.push_back(from_producer.at(producer_root));
+  }
   auto from_consumer = inline_into(*body, *consumer->called()[0], [&](int k) {
     Instr* o = consumer->operand(k);
-    return o == producer ? produced : inputs.param_for(o);
+    return reads_from(o, producer) ? produced.at(output_index(o)) : inputs.param_for(o);
   });
   const Instr* consumer_root = consumer->called()[0]->root();
   std::vector<Instr*> outputs;
@@ -210,7 +277,8 @@ Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* 
   } else {
     outputs.push_back(from_consumer.at(consumer_root));
   }
-  if (escapes) outputs.push_back(produced);
+  const int first_escaping = static_cast<int>(outputs.size());
+  for (int j : escaping) outputs.push_back(produced.at(j));
   Instr* root = outputs.front();
   if (outputs.size() > 1) {
     std::vector<ir::Shape> shapes;
@@ -234,17 +302,24 @@ Instr* merge(ir::Module& module, ir::Computation& comp, Instr* producer, Instr* 
                                                                                               : element(0, consumer));
   g.dead.insert(consumer);
   dead_bodies.push_back(consumer->called()[0]);
-  if (escapes) {
-    // Every live reader of the producer now reads the merged output; the consumer (dead)
-    // keeps its operand until the final sweep.
-    Instr* value = element(static_cast<int>(outputs.size()) - 1, producer);
-    std::vector<Instr*> readers = other_users(producer, consumer, g);
+  // Every live reader of an escaping output now reads the merged fusion's element; the
+  // consumer (dead) keeps its operands until the final sweep.
+  const std::vector<Instr*> values = values_of(producer, g);
+  const std::vector<Instr*> readers = other_users(producer, consumer, g);
+  for (size_t n = 0; n < escaping.size(); ++n) {
+    const Instr* was = *std::find_if(values.begin(), values.end(),
+                                     [&](const Instr* v) { return output_index(v) == escaping[n]; });
+    Instr* value = element(first_escaping + static_cast<int>(n), was);
     for (Instr* reader : readers) {
       for (int k = 0; k < reader->num_operands(); ++k) {
-        if (reader->operand(k) == producer) reader->replace_operand(k, value);
+        const Instr* o = reader->operand(k);
+        if (reads_from(o, producer) && output_index(o) == escaping[n]) reader->replace_operand(k, value);
       }
     }
-    if (comp.root() == producer) comp.set_root(value);
+    if (reads_from(comp.root(), producer) && output_index(comp.root()) == escaping[n]) comp.set_root(value);
+  }
+  if (producer->shape().is_tuple()) {
+    for (Instr* v : values) g.dead.insert(v);  // its get_tuple_elements, read by nothing live now
   }
   g.dead.insert(producer);
   dead_bodies.push_back(producer->called()[0]);
@@ -271,8 +346,9 @@ Result<bool> MultiOutputFusionPass::run(ir::Module& module) {
     if (!alive.count(consumer)) continue;
     for (bool merged = true; merged;) {
       merged = false;
-      for (Instr* producer : consumer->operands()) {
-        if (!alive.count(producer) || !can_merge(producer, consumer, g)) continue;
+      for (Instr* operand : consumer->operands()) {
+        Instr* producer = source_of(operand);
+        if (!alive.count(producer) || !can_merge(producer, consumer, comp, g)) continue;
         alive.erase(producer);
         alive.erase(consumer);
         consumer = merge(module, comp, producer, consumer, g, dead_bodies);
