@@ -1,7 +1,10 @@
 // Native kernels for pure data movement (any dtype): broadcast, transpose, reshape, copy,
 // slice, concatenate, gather and scatter_add. Each precomputes strides at compile time.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kiln/backend/cpu/bf16_convert.h"
 #include "kiln/backend/cpu/kernel.h"
@@ -98,7 +101,7 @@ void fill_typed(std::byte* dst, const void* value, int64_t n) {
   std::fill_n(reinterpret_cast<T*>(dst), n, v);
 }
 
-void fill_elements(std::byte* dst, const void* value, int size, int64_t n) {
+void fill_range(std::byte* dst, const void* value, int size, int64_t n) {
   switch (size) {
     case 1: fill_typed<uint8_t>(dst, value, n); break;
     case 2: fill_typed<uint16_t>(dst, value, n); break;
@@ -106,6 +109,17 @@ void fill_elements(std::byte* dst, const void* value, int size, int64_t n) {
     case 8: fill_typed<uint64_t>(dst, value, n); break;
     default:
       for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * size, value, static_cast<size_t>(size));
+  }
+}
+
+// Large fills are split into one contiguous range per thread (the pads of [2,512,8,64]
+// fill 2 MiB before the interior copy).
+void fill_elements(std::byte* dst, const void* value, int size, int64_t n) {
+#pragma omp parallel if (n > (1 << 16))
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t i0 = n * t / nt, i1 = n * (t + 1) / nt;
+    fill_range(dst + i0 * size, value, size, i1 - i0);
   }
 }
 
@@ -139,7 +153,15 @@ Kernel iota_kernel(const Instr& instr) {
   int64_t extent = shape.dim(static_cast<int>(dim));
   return [shape, inner, extent](std::span<const Value* const>, Value& out) {
     Buffer& b = out[0];
-    for (int64_t i = 0; i < b.num_elements(); ++i) b.set(i, static_cast<double>((i / inner) % extent));
+    const int64_t n = b.num_elements();
+    // Integer iotas (the MoE's positions and expert ids) are written typed; Buffer::set
+    // converts through double per element.
+    if (shape.dtype() == ir::DType::kS32) {
+      int32_t* y = b.as<int32_t>();
+      for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int32_t>((i / inner) % extent);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) b.set(i, static_cast<double>((i / inner) % extent));
   };
 }
 
@@ -167,37 +189,104 @@ int64_t index_at(const Buffer& idx, int64_t i) {
   return idx.shape().dtype() == ir::DType::kS32 ? idx.as<int32_t>()[i] : static_cast<int64_t>(idx.as<uint32_t>()[i]);
 }
 
-// Copies whole rows of `row_bytes` (any dtype: gathering only moves data).
+// Copies whole rows of `row_bytes` (any dtype: gathering only moves data). Parallel over
+// every result row: the MoE's gathers have batch = pre = 1 and 2048 rows of 512.
 void gather_rows(const IndexGeometry& g, const std::byte* x, const Buffer& idx, std::byte* out, int64_t row_bytes) {
-#pragma omp parallel for collapse(2) schedule(static) if (g.batch * g.pre * g.m * row_bytes > (1 << 17))
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t p = 0; p < g.pre; ++p) {
-      for (int64_t j = 0; j < g.m; ++j) {
-        int64_t k = std::clamp<int64_t>(index_at(idx, b * g.m + j), 0, g.n - 1);
-        std::memcpy(out + ((b * g.pre + p) * g.m + j) * row_bytes, x + ((b * g.pre + p) * g.n + k) * row_bytes,
-                    static_cast<size_t>(row_bytes));
-      }
-    }
+  const int64_t rows = g.batch * g.pre * g.m;
+#pragma omp parallel for schedule(static) if (rows * row_bytes > (1 << 17))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t bp = r / g.m, j = r % g.m, b = bp / g.pre;
+    const int64_t k = std::clamp<int64_t>(index_at(idx, b * g.m + j), 0, g.n - 1);
+    std::memcpy(out + r * row_bytes, x + (bp * g.n + k) * row_bytes, static_cast<size_t>(row_bytes));
   }
+}
+
+// scatter_add as work items: each (batch, pre) slice's n destination rows are cut into
+// blocks, and an item copies its block of the operand into the result, then scans all m
+// indices of its slice and adds the update rows that land in the block, in index order.
+// Every destination element therefore sums the same terms in the same order however the
+// rows are cut, so the bits do not depend on the thread count. Slices alone are the items
+// when there are enough of them (the loss gradient's one-hot: 1024 slices of [4096, 1]);
+// the MoE combine ([2048, 512] rows into [1024, 512], one slice) is cut into row blocks.
+struct ScatterPlan {
+  int64_t blocks = 1;      // row blocks per slice
+  int64_t block_rows = 1;  // rows per block (the last may be short)
+};
+
+// Below this many elements moved (operand rows copied plus update rows added) the kernel
+// runs on one thread.
+constexpr int64_t kScatterParallelElements = 1 << 15;
+
+ScatterPlan plan_scatter(const IndexGeometry& g, int threads) {
+  ScatterPlan p;
+  const int64_t slices = g.batch * g.pre;
+  p.block_rows = std::max<int64_t>(g.n, 1);
+  if (threads > 1 && slices < threads && g.n > 1) {
+    p.blocks = std::min<int64_t>(g.n, (threads + slices - 1) / slices);
+    p.block_rows = (g.n + p.blocks - 1) / p.blocks;
+    p.blocks = (g.n + p.block_rows - 1) / p.block_rows;
+  }
+  return p;
 }
 
 inline float widen(float x) { return x; }
 inline double widen(double x) { return x; }
 inline float widen(uint16_t bf16_bits) { return bf16_to_f32(bf16_bits); }
 
-// out[rows of idx] += upd rows; U is T, or bf16 bits summed into an f32 out.
+// Adds the update rows of slice `s` whose index falls in [k0, k1) into rows (row k at
+// sum + (k - k0) * post). U is T, or bf16 bits summed into f32.
 template <typename T, typename U>
-void scatter_add_rows(const IndexGeometry& g, const U* upd, const Buffer& idx, T* out) {
-  // Parallel over batch and pre only: two indices may hit the same row within one (b, p).
-#pragma omp parallel for collapse(2) schedule(static) if (g.batch * g.pre > 1 && g.batch * g.pre * g.m * g.post > (1 << 15))
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t p = 0; p < g.pre; ++p) {
-      for (int64_t j = 0; j < g.m; ++j) {
-        int64_t k = index_at(idx, b * g.m + j);
-        if (k < 0 || k >= g.n) continue;
-        T* dst = out + ((b * g.pre + p) * g.n + k) * g.post;
-        const U* src = upd + ((b * g.pre + p) * g.m + j) * g.post;
-        for (int64_t q = 0; q < g.post; ++q) dst[q] += widen(src[q]);
+void add_rows_in_range(const IndexGeometry& g, int64_t s, const U* upd, const Buffer& idx, T* sum, int64_t k0,
+                       int64_t k1) {
+  const int64_t b = s / g.pre;
+  for (int64_t j = 0; j < g.m; ++j) {
+    const int64_t k = index_at(idx, b * g.m + j);
+    if (k < k0 || k >= k1) continue;  // another block's row, or out of range (dropped)
+    T* dst = sum + (k - k0) * g.post;
+    const U* src = upd + (s * g.m + j) * g.post;
+    for (int64_t q = 0; q < g.post; ++q) dst[q] += widen(src[q]);
+  }
+}
+
+// out = x, then out[rows of idx] += upd rows (f32 or f64 throughout).
+template <typename T>
+void scatter_add_rows(const IndexGeometry& g, const T* x, const T* upd, const Buffer& idx, T* out) {
+  const int64_t slices = g.batch * g.pre;
+  const bool parallel = slices * (g.n + g.m) * g.post > kScatterParallelElements;
+  const ScatterPlan p = plan_scatter(g, parallel ? omp_get_max_threads() : 1);
+#pragma omp parallel for schedule(static) if (parallel && slices * p.blocks > 1)
+  for (int64_t w = 0; w < slices * p.blocks; ++w) {
+    const int64_t s = w / p.blocks, k0 = (w % p.blocks) * p.block_rows, k1 = std::min(g.n, k0 + p.block_rows);
+    const int64_t at = (s * g.n + k0) * g.post;
+    if (x != out) std::copy(x + at, x + at + (k1 - k0) * g.post, out + at);  // (in place: already there)
+    add_rows_in_range(g, s, upd, idx, out + at, k0, k1);
+  }
+}
+
+// bf16: per block, the operand rows widened into an f32 sum, the bf16 update rows added as
+// they are read, the sum rounded once into the result (as the interpreter rounds the exact
+// sum once). The f32 sum covers at most kBf16SumElements of the block at a time (rows
+// re-scan the indices per piece), so it is a small per-thread buffer that stays in cache
+// instead of an f32 copy of the whole operand.
+constexpr int64_t kBf16SumElements = 1 << 14;
+
+void bf16_scatter_add_rows(const IndexGeometry& g, const uint16_t* x, const uint16_t* upd, const Buffer& idx,
+                           uint16_t* out) {
+  const int64_t slices = g.batch * g.pre;
+  const bool parallel = slices * (g.n + g.m) * g.post > kScatterParallelElements;
+  const ScatterPlan p = plan_scatter(g, parallel ? omp_get_max_threads() : 1);
+  const int64_t piece_rows = std::clamp<int64_t>(kBf16SumElements / std::max<int64_t>(g.post, 1), 1, p.block_rows);
+#pragma omp parallel if (parallel && slices * p.blocks > 1)
+  {
+    std::vector<float> sum(static_cast<size_t>(piece_rows * g.post));
+#pragma omp for schedule(static)
+    for (int64_t w = 0; w < slices * p.blocks; ++w) {
+      const int64_t s = w / p.blocks, b0 = (w % p.blocks) * p.block_rows, b1 = std::min(g.n, b0 + p.block_rows);
+      for (int64_t k0 = b0; k0 < b1; k0 += piece_rows) {
+        const int64_t k1 = std::min(b1, k0 + piece_rows), at = (s * g.n + k0) * g.post, len = (k1 - k0) * g.post;
+        for (int64_t i = 0; i < len; ++i) sum[i] = bf16_to_f32(x[at + i]);
+        add_rows_in_range(g, s, upd, idx, sum.data(), k0, k1);
+        for (int64_t i = 0; i < len; ++i) out[at + i] = f32_to_bf16(sum[i]);
       }
     }
   }
@@ -223,19 +312,16 @@ Kernel scatter_add_kernel(const Instr& instr) {
   IndexGeometry g = index_geometry(instr);
   bool f64 = instr.shape().dtype() == ir::DType::kF64;
   return [g, f64](std::span<const Value* const> in, Value& out) {
-    std::memcpy(out[0].data(), (*in[0])[0].data(), static_cast<size_t>(out[0].byte_size()));
     if (f64) {
-      scatter_add_rows(g, (*in[2])[0].as<double>(), (*in[1])[0], out[0].as<double>());
+      scatter_add_rows(g, (*in[0])[0].as<double>(), (*in[2])[0].as<double>(), (*in[1])[0], out[0].as<double>());
     } else {
-      scatter_add_rows(g, (*in[2])[0].as<float>(), (*in[1])[0], out[0].as<float>());
+      scatter_add_rows(g, (*in[0])[0].as<float>(), (*in[2])[0].as<float>(), (*in[1])[0], out[0].as<float>());
     }
   };
 }
 
-// bf16: the operand widened into an f32 sum, the bf16 update rows added as they are read
-// (no widened copy of the updates, which are the large input: [N k, D] expert rows into
-// [E, D] bias gradients or [N, D] tokens), then rounded once, as the interpreter rounds
-// the exact sum once.
+// bf16 operand and updates, summed in f32 without a widened copy of either (the updates
+// are the large input: [N k, D] expert rows into [E, D] bias gradients or [N, D] tokens).
 Kernel bf16_scatter_add_kernel(const Instr& instr) {
   IndexGeometry g = index_geometry(instr);
   return [g](std::span<const Value* const> in, Value& out) {
@@ -243,9 +329,7 @@ Kernel bf16_scatter_add_kernel(const Instr& instr) {
     const Buffer& updates = (*in[2])[0];
     KILN_CHECK(x.shape().dtype() == ir::DType::kBF16 && updates.shape().dtype() == ir::DType::kBF16)
         << "bf16 scatter_add of " << x.shape().to_string() << " and " << updates.shape().to_string();
-    Buffer sum = widen_to_f32(x);  // a fresh f32 copy of the operand
-    scatter_add_rows(g, updates.as<uint16_t>(), (*in[1])[0], sum.as<float>());
-    narrow_to_bf16(sum, out[0]);
+    bf16_scatter_add_rows(g, x.as<uint16_t>(), updates.as<uint16_t>(), (*in[1])[0], out[0].as<uint16_t>());
   };
 }
 
