@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <tuple>
 
 #include "kiln/base/check.h"
 
@@ -175,51 +176,103 @@ inline void row_pairs(const float* x, int64_t nq, uint32_t* out) {
 
 // ---- tile products ----
 
-// acc[i][0..3] += sum over `pairs` dimension pairs p of rows[i] pair p times x's 64-wide pair
-// row p, for R rows (bf16, row i at rows + i * row_stride; pair p at rows[i] + 2p) and x's
-// pair rows x_stride apart: R x 4 accumulators share each loaded vector of x. The inner
-// product of both tile products below.
-template <int R>
-inline void dot_pairs(__m512 (&acc)[R][4], const uint16_t* rows, int64_t row_stride, const uint32_t* x,
+// acc[i][0..NB) += sum over `pairs` dimension pairs p of rows[i] pair p times NB vectors of
+// x's pair row p, for R rows (bf16, row i at rows + i * row_stride; pair p at rows[i] + 2p)
+// and x's pair rows x_stride apart: R x NB accumulators share each loaded vector of x. The
+// inner product of both tile products below.
+template <int R, int NB = 4>
+inline void dot_pairs(__m512 (&acc)[R][NB], const uint16_t* rows, int64_t row_stride, const uint32_t* x,
                       int64_t x_stride, int64_t pairs) {
   for (int64_t p = 0; p < pairs; ++p) {
     const uint32_t* xp = x + p * x_stride;
-    const __m512bh k0 = load_pairs(xp), k1 = load_pairs(xp + 16), k2 = load_pairs(xp + 32), k3 = load_pairs(xp + 48);
+    __m512bh k[NB];
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) k[j] = load_pairs(xp + 16 * j);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const __m512bh u = splat(pair_at(rows + i * row_stride + 2 * p));
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], u, k0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], u, k1);
-      acc[i][2] = _mm512_dpbf16_ps(acc[i][2], u, k2);
-      acc[i][3] = _mm512_dpbf16_ps(acc[i][3], u, k3);
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], u, k[j]);
     }
   }
 }
 
-// s[i][c] = mul * a[i] . x[:, c] for R rows a[i] (bf16, row i at a + i * lda) and a
-// dim-pairs tile x.
-template <int R>
+// s[i][c] = mul * a[i] . x[:, c] for R rows a[i] (bf16, row i at a + i * lda), a dim-pairs
+// tile x and NB 16-column blocks (x and s point at the first).
+template <int R, int NB>
 inline void logits_rows(const uint16_t* a, int64_t lda, const uint32_t* x, __m512 mul, float* s) {
-  __m512 acc[R][4];
+  __m512 acc[R][NB];
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NB; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  dot_pairs<R>(acc, a, lda, x, kBk, kDh / 2);
+  dot_pairs<R, NB>(acc, a, lda, x, kBk, kDh / 2);
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(s + i * kBk + 16 * j, _mm512_mul_ps(acc[i][j], mul));
+    for (int j = 0; j < NB; ++j) _mm512_storeu_ps(s + i * kBk + 16 * j, _mm512_mul_ps(acc[i][j], mul));
   }
 }
 
-// s [nq][kBk] = mul * a x for nq rows of a (bf16, row stride lda) and a dim-pairs tile.
-void logits_bf16(const uint16_t* a, int64_t lda, const uint32_t* x, int64_t nq, float mul, float* s) {
+// The 16-column blocks [b0, b1) of R rows; the blocks outside are set to 0.
+template <int R>
+inline void logits_blocks(const uint16_t* a, int64_t lda, const uint32_t* x, __m512 mul, float* s, int64_t b0,
+                          int64_t b1) {
+  for (int i = 0; i < R; ++i) {
+    std::fill(s + i * kBk, s + i * kBk + 16 * b0, 0.0f);
+    std::fill(s + i * kBk + 16 * b1, s + (i + 1) * kBk, 0.0f);
+  }
+  x += 16 * b0, s += 16 * b0;
+  switch (b1 - b0) {
+    case 4: return logits_rows<R, 4>(a, lda, x, mul, s);
+    case 3: return logits_rows<R, 3>(a, lda, x, mul, s);
+    case 2: return logits_rows<R, 2>(a, lda, x, mul, s);
+    case 1: return logits_rows<R, 1>(a, lda, x, mul, s);
+    default: return;
+  }
+}
+
+// Columns [lo, hi) of a tile that the causal and window masks leave each of its rows (from
+// Geometry::visible_columns, or [0, nk) for a tile they leave alone). The tile products
+// below skip, per group of rows, the columns (keys) that none of the group can see: their
+// p and ds are 0, so the products they would add are zeros.
+struct Visible {
+  int64_t lo[kBq], hi[kBq];
+
+  Visible(const Geometry& g, int64_t i0, int64_t nq, int64_t j0, int64_t nk, bool positional) {
+    for (int64_t r = 0; r < nq; ++r) {
+      if (positional) {
+        std::tie(lo[r], hi[r]) = g.visible_columns(i0 + r, j0, nk);
+      } else {
+        lo[r] = 0, hi[r] = nk;
+      }
+    }
+  }
+  // The union over rows [r, r + n): an empty run when no row sees anything.
+  std::pair<int64_t, int64_t> rows(int64_t r, int64_t n) const {
+    int64_t l = kBk, h = 0;
+    for (int64_t i = r; i < r + n; ++i) {
+      if (lo[i] < hi[i]) l = std::min(l, lo[i]), h = std::max(h, hi[i]);
+    }
+    return {l, std::max(l, h)};
+  }
+};
+
+// s [nq][kBk] = mul * a x for nq rows of a (bf16, row stride lda) and a dim-pairs tile, in
+// the 16-column blocks that some row of each group of four can see (0 elsewhere; the mask
+// sets what the logits need there).
+void logits_bf16(const uint16_t* a, int64_t lda, const uint32_t* x, int64_t nq, float mul, float* s, const Visible& vis) {
   const __m512 m = _mm512_set1_ps(mul);
   int64_t r = 0;
-  for (; r + 4 <= nq; r += 4) logits_rows<4>(a + r * lda, lda, x, m, s + r * kBk);
-  for (; r < nq; ++r) logits_rows<1>(a + r * lda, lda, x, m, s + r * kBk);
+  for (; r + 4 <= nq; r += 4) {
+    const auto [lo, hi] = vis.rows(r, 4);
+    logits_blocks<4>(a + r * lda, lda, x, m, s + r * kBk, lo / 16, (hi + 15) / 16);
+  }
+  for (; r < nq; ++r) {
+    const auto [lo, hi] = vis.rows(r, 1);
+    logits_blocks<1>(a + r * lda, lda, x, m, s + r * kBk, lo / 16, (hi + 15) / 16);
+  }
 }
 
 // acc[i] = alpha[i] * acc[i] + sum_c w[i][c] x[c][:] for R rows (w[i]: kBk bf16 weights at
@@ -242,12 +295,21 @@ inline void accumulate_rows_bf16(const uint16_t* w, const uint32_t* x, int64_t p
   }
 }
 
-// The same for rows r < nq of a [nq][kBk] bf16 weight tile and acc [nq][Dh].
-void accumulate_tile_bf16(const uint16_t* w, const uint32_t* x, int64_t nq, int64_t pairs, const float* alpha,
-                          float* acc) {
+// The same for rows r < nq of a [nq][kBk] bf16 weight tile and acc [nq][Dh], over the key
+// pairs that some row of each group of four can see.
+void accumulate_tile_bf16(const uint16_t* w, const uint32_t* x, int64_t nq, const float* alpha, float* acc,
+                          const Visible& vis) {
   int64_t r = 0;
-  for (; r + 4 <= nq; r += 4) accumulate_rows_bf16<4>(w + r * kBk, x, pairs, alpha + r, acc + r * kDh);
-  for (; r < nq; ++r) accumulate_rows_bf16<1>(w + r * kBk, x, pairs, alpha + r, acc + r * kDh);
+  for (; r + 4 <= nq; r += 4) {
+    const auto [lo, hi] = vis.rows(r, 4);
+    const int64_t p0 = lo / 2, p1 = std::max(p0, (hi + 1) / 2);
+    accumulate_rows_bf16<4>(w + r * kBk + 2 * p0, x + p0 * kDh, p1 - p0, alpha + r, acc + r * kDh);
+  }
+  for (; r < nq; ++r) {
+    const auto [lo, hi] = vis.rows(r, 1);
+    const int64_t p0 = lo / 2, p1 = std::max(p0, (hi + 1) / 2);
+    accumulate_rows_bf16<1>(w + r * kBk + 2 * p0, x + p0 * kDh, p1 - p0, alpha + r, acc + r * kDh);
+  }
 }
 
 // acc[e][c] += sum_rp y[rp * Dh + e] . x[rp][c] for e < Dh, c < kBk (acc [Dh][kBk] f32):
@@ -315,8 +377,9 @@ void attention_forward_bf16(const Geometry& g, std::span<const Value* const> in,
       auto [jlo, jhi] = g.key_range(i0, i0 + nq);
       for (int64_t j0 = jlo - jlo % kBk; j0 < jhi; j0 += kBk) {
         const int64_t nk = std::min(kBk, g.S - j0);
-        logits_bf16(qrows, lda, kv.tile(kv.k_dim, g, b, kh, j0 / kBk), nq, g.scale, s.data());
         const bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
+        const Visible vis(g, i0, nq, j0, nk, positional);
+        logits_bf16(qrows, lda, kv.tile(kv.k_dim, g, b, kh, j0 / kBk), nq, g.scale, s.data(), vis);
         if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
         // The softmax of every row first, then p v for four rows at a time.
         for (int64_t r = 0; r < nq; ++r) {
@@ -332,7 +395,7 @@ void attention_forward_bf16(const Geometry& g, std::span<const Value* const> in,
           m[r] = m_new;
           round_row(sr, pb + r * kBk);
         }
-        accumulate_tile_bf16(pb, kv.tile(kv.v_key, g, b, kh, j0 / kBk), nq, (nk + 1) / 2, alpha, acc.data());
+        accumulate_tile_bf16(pb, kv.tile(kv.v_key, g, b, kh, j0 / kBk), nq, alpha, acc.data(), vis);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const int64_t o = ((b * g.T + i0 + r) * g.H + h) * kDh;
@@ -412,17 +475,18 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
         float* dvb = dva + ((b * g.K + kh) * kv.blocks + jb) * kDh * kBk;
         for (int64_t i0 = ilo - ilo % kBq; i0 < ihi; i0 += kBq) {
           const int64_t nq = std::min(kBq, g.T - i0);
-          logits_bf16(q + q_off + i0 * stride, stride, kd, nq, g.scale, s.data());
           const bool positional = !g.tile_unmasked(i0, i0 + nq, j0, j0 + nk);
+          const Visible vis(g, i0, nq, j0, nk, positional);
+          logits_bf16(q + q_off + i0 * stride, stride, kd, nq, g.scale, s.data(), vis);
           if (positional || qs || nk < kBk) mask_tile(g, qs, ks, i0, nq, j0, nk, positional, s.data());
-          logits_bf16(dout + q_off + i0 * stride, stride, vd, nq, 1.0f, dp.data());
+          logits_bf16(dout + q_off + i0 * stride, stride, vd, nq, 1.0f, dp.data(), vis);
           for (int64_t r = 0; r < nq; ++r) {
             const float lr = lrow[i0 + r] == kNegInf ? std::numeric_limits<float>::infinity() : lrow[i0 + r];
             float* dpr = dp.data() + r * kBk;
             exp_row_ds(s.data() + r * kBk, dpr, lr, dvec[i0 + r]);  // s = p, dp = ds (without the scale)
             round_row(dpr, dsb + r * kBk);
           }
-          accumulate_tile_bf16(dsb, kk, nq, (nk + 1) / 2, ones, dqa.data() + i0 * kDh);
+          accumulate_tile_bf16(dsb, kk, nq, ones, dqa.data() + i0 * kDh, vis);
           const int64_t pairs = (nq + 1) / 2;
           row_pairs(dp.data(), nq, ds_pairs.data());
           row_pairs(s.data(), nq, p_pairs.data());

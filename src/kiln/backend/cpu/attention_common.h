@@ -197,6 +197,14 @@ struct Geometry {
     if (window > 0 && j0 <= i1 - 1 - window) return false;  // some key too old
     return true;
   }
+  // Columns [lo, hi) of a key block at j0 (nk keys) that the causal and window masks leave
+  // query i: one run, since allowed(i, j) is j <= i (causal) and j > i - window.
+  std::pair<int64_t, int64_t> visible_columns(int64_t i, int64_t j0, int64_t nk) const {
+    int64_t lo = 0, hi = nk;
+    if (causal) hi = std::clamp<int64_t>(i - j0 + 1, 0, nk);
+    if (window > 0) lo = std::clamp<int64_t>(i - window + 1 - j0, 0, nk);
+    return {lo, std::max(lo, hi)};
+  }
   bool allowed(int64_t i, int64_t j) const {
     if (causal && j > i) return false;
     if (window > 0 && j <= i - window) return false;
@@ -224,9 +232,7 @@ inline void mask_tile(const Geometry& g, const int32_t* qs, const int32_t* ks, i
   for (int64_t r = 0; r < nq; ++r) {
     float* sr = s + r * kBk;
     const int64_t i = i0 + r;
-    int64_t c_lo = 0, c_hi = nk;  // allowed(i, j): j <= i (causal) and j > i - window
-    if (positional && g.causal) c_hi = std::clamp<int64_t>(i - j0 + 1, 0, nk);
-    if (positional && g.window > 0) c_lo = std::clamp<int64_t>(i - g.window + 1 - j0, 0, nk);
+    const auto [c_lo, c_hi] = positional ? g.visible_columns(i, j0, nk) : std::pair<int64_t, int64_t>{0, nk};
 #pragma omp simd
     for (int64_t c = 0; c < kBk; ++c) sr[c] = c < c_lo || c >= c_hi ? kNegInf : sr[c];
     if (segments) {
