@@ -312,10 +312,52 @@ void accumulate_tile_bf16(const uint16_t* w, const uint32_t* x, int64_t nq, cons
   }
 }
 
+// Row pairs [rp0, rp1) of a tile in which the same 16-column blocks [b0, b0 + nb) hold a
+// visible entry (p and ds are 0 in the other blocks of those rows).
+struct PairRun {
+  int64_t rp0, rp1;
+  int b0, nb;
+};
+
+// The runs of the tile's `pairs` row pairs, in order; row pairs that see nothing are left out.
+int pair_runs(const Visible& vis, int64_t nq, int64_t pairs, PairRun* runs) {
+  int n = 0;
+  for (int64_t rp = 0; rp < pairs; ++rp) {
+    const auto [lo, hi] = vis.rows(2 * rp, std::min<int64_t>(2, nq - 2 * rp));
+    if (lo >= hi) continue;
+    const int b0 = static_cast<int>(lo / 16), nb = static_cast<int>((hi + 15) / 16) - b0;
+    if (n > 0 && runs[n - 1].rp1 == rp && runs[n - 1].b0 == b0 && runs[n - 1].nb == nb) {
+      runs[n - 1].rp1 = rp + 1;
+    } else {
+      runs[n++] = {rp, rp + 1, b0, nb};
+    }
+  }
+  return n;
+}
+
+// a[i][B0 + j] += sum over rp in [rp0, rp1) of y[rp * Dh + e + i] . x[rp][16 (B0 + j) ...],
+// i < 4, j < NB: one run of accumulate_transposed with its accumulators in registers.
+template <int B0, int NB>
+inline void transposed_run(__m512 (&a)[4][4], const uint32_t* y, const uint32_t* x, int64_t e, int64_t rp0, int64_t rp1) {
+  for (int64_t rp = rp0; rp < rp1; ++rp) {
+    const uint32_t* xr = x + rp * kBk + 16 * B0;
+    __m512bh k[NB];
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) k[j] = load_pairs(xr + 16 * j);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512bh u = splat(y[rp * kDh + e + i]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) a[i][B0 + j] = _mm512_dpbf16_ps(a[i][B0 + j], u, k[j]);
+    }
+  }
+}
+
 // acc[e][c] += sum_rp y[rp * Dh + e] . x[rp][c] for e < Dh, c < kBk (acc [Dh][kBk] f32):
 // y the task's row-pair words of q or dout (from the tile's first pair), x the tile's row
-// pairs of ds or p. Four rows of acc at a time share each loaded vector of x.
-void accumulate_transposed(const uint32_t* y, const uint32_t* x, int64_t pairs, float* acc) {
+// pairs of ds or p, over each run's row pairs and column blocks (the rest add zeros). Four
+// rows of acc at a time share each loaded vector of x.
+void accumulate_transposed(const uint32_t* y, const uint32_t* x, const PairRun* runs, int nruns, float* acc) {
   for (int64_t e = 0; e < kDh; e += 4) {
     __m512 a[4][4];
 #pragma GCC unroll 4
@@ -323,16 +365,20 @@ void accumulate_transposed(const uint32_t* y, const uint32_t* x, int64_t pairs, 
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) a[i][j] = _mm512_loadu_ps(acc + (e + i) * kBk + 16 * j);
     }
-    for (int64_t rp = 0; rp < pairs; ++rp) {
-      const uint32_t* xr = x + rp * kBk;
-      const __m512bh k0 = load_pairs(xr), k1 = load_pairs(xr + 16), k2 = load_pairs(xr + 32), k3 = load_pairs(xr + 48);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        const __m512bh u = splat(y[rp * kDh + e + i]);
-        a[i][0] = _mm512_dpbf16_ps(a[i][0], u, k0);
-        a[i][1] = _mm512_dpbf16_ps(a[i][1], u, k1);
-        a[i][2] = _mm512_dpbf16_ps(a[i][2], u, k2);
-        a[i][3] = _mm512_dpbf16_ps(a[i][3], u, k3);
+    for (int k = 0; k < nruns; ++k) {
+      const PairRun& r = runs[k];
+      switch (r.b0 * 4 + r.nb) {
+        case 0 * 4 + 4: transposed_run<0, 4>(a, y, x, e, r.rp0, r.rp1); break;
+        case 0 * 4 + 3: transposed_run<0, 3>(a, y, x, e, r.rp0, r.rp1); break;
+        case 0 * 4 + 2: transposed_run<0, 2>(a, y, x, e, r.rp0, r.rp1); break;
+        case 0 * 4 + 1: transposed_run<0, 1>(a, y, x, e, r.rp0, r.rp1); break;
+        case 1 * 4 + 3: transposed_run<1, 3>(a, y, x, e, r.rp0, r.rp1); break;
+        case 1 * 4 + 2: transposed_run<1, 2>(a, y, x, e, r.rp0, r.rp1); break;
+        case 1 * 4 + 1: transposed_run<1, 1>(a, y, x, e, r.rp0, r.rp1); break;
+        case 2 * 4 + 2: transposed_run<2, 2>(a, y, x, e, r.rp0, r.rp1); break;
+        case 2 * 4 + 1: transposed_run<2, 1>(a, y, x, e, r.rp0, r.rp1); break;
+        case 3 * 4 + 1: transposed_run<3, 1>(a, y, x, e, r.rp0, r.rp1); break;
+        default: KILN_CHECK(false) << "column blocks " << r.b0 << " + " << r.nb;
       }
     }
 #pragma GCC unroll 4
@@ -490,8 +536,10 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
           const int64_t pairs = (nq + 1) / 2;
           row_pairs(dp.data(), nq, ds_pairs.data());
           row_pairs(s.data(), nq, p_pairs.data());
-          accumulate_transposed(qt.data() + i0 / 2 * kDh, ds_pairs.data(), pairs, dkb);
-          accumulate_transposed(dot.data() + i0 / 2 * kDh, p_pairs.data(), pairs, dvb);
+          PairRun runs[kBq / 2];
+          const int nruns = pair_runs(vis, nq, pairs, runs);
+          accumulate_transposed(qt.data() + i0 / 2 * kDh, ds_pairs.data(), runs, nruns, dkb);
+          accumulate_transposed(dot.data() + i0 / 2 * kDh, p_pairs.data(), runs, nruns, dvb);
         }
       }
       for (int64_t i = 0; i < g.T; ++i) store_row(dq, q_off + i * stride, dqa.data() + i * kDh, kDh, g.scale);
