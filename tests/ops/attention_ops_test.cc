@@ -5,6 +5,7 @@
 // segments, GQA, non-causal cross attention, bf16). The op-table test checks the
 // gradients of every example against finite differences.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -301,6 +302,40 @@ INSTANTIATE_TEST_SUITE_P(
         KernelCase{"bf16_non_causal_cross", 2, 71, 150, 3, 1, 64, false, false, false, 0, ir::DType::kBF16},
         KernelCase{"bf16_head_dim_16", 1, 90, 90, 2, 1, 16, true, true, false, 0, ir::DType::kBF16}),
     [](const auto& info) { return info.param.name; });
+
+// dk and dv sum per-thread partial sums over the query heads of a kv head: with the heads
+// assigned to threads the same way on every run (a static schedule), two threads give the
+// same bits every time. 4 query heads over 1 kv head, so both threads add into every key.
+TEST(AttentionKernel, BackwardIsTheSameBitsOnEveryRunAtTwoThreads) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  for (ir::DType dtype : {ir::DType::kF32, ir::DType::kBF16}) {
+    const KernelCase c{"repeat", 1, 200, 200, 4, 1, 64, true, true, false, 0, dtype};
+    auto module = ir::parse_module(kernel_program(c));
+    ASSERT_TRUE(module.ok()) << module.status().to_string();
+    backend::CompileOptions options;
+    options.cache_dir = ::testing::TempDir() + "kiln_attention_kernel_cache";
+    auto exe = backend::compile_cpu(**module, options);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    std::vector<backend::Buffer> buffers;
+    for (const auto& a : kernel_args(**module)) buffers.push_back(backend::Buffer::from_literal(a));
+    std::vector<std::vector<unsigned char>> first;
+    for (int run = 0; run < 6; ++run) {
+      auto got = (*exe)->run(buffers);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      for (size_t i = 0; i < got->size(); ++i) {
+        const auto* p = static_cast<const unsigned char*>((*got)[i].data());
+        std::vector<unsigned char> bytes(p, p + (*got)[i].byte_size());
+        if (run == 0) {
+          first.push_back(std::move(bytes));
+        } else {
+          EXPECT_TRUE(bytes == first[i]) << "result " << i << " of run " << run << " differs, " << ir::dtype_name(dtype);
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
 
 // ---- against an independent PyTorch implementation (tests/reference/attention_ref.py) ----
 

@@ -486,7 +486,9 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
     alignas(64) uint16_t dsb[kBq * kBk];  // the tile's ds in bf16
     float ones[kBq];
     std::fill(ones, ones + kBq, 1.0f);
-#pragma omp for schedule(dynamic)
+// Static: every (batch, head) task has the same work, and a fixed assignment of heads to
+// threads makes dk and dv (sums of the threads' partial sums) the same bits on every run.
+#pragma omp for schedule(static)
     for (int64_t task = 0; task < g.B * g.H; ++task) {
       const int64_t h = task % g.H, b = task / g.H, kh = h / g.G;
       const int32_t* qs = qseg ? qseg + b * g.T : nullptr;

@@ -382,7 +382,9 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
     float* dva = dv_acc.data() + omp_get_thread_num() * kv_elems;
     std::vector<float> qf(g.T * dh), dof(g.T * dh), dqa(g.T * dh), dvec(g.T), lrow(g.T);
     std::vector<float> s(kBq * kBk), dp(kBq * kBk);
-#pragma omp for schedule(dynamic)
+// Static: every (batch, head) task has the same work, and a fixed assignment of heads to
+// threads makes dk and dv (sums of the threads' partial sums) the same bits on every run.
+#pragma omp for schedule(static)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t h = task % g.H, b = task / g.H, kh = h / g.G;
       const int32_t* qs = qseg ? qseg + b * g.T : nullptr;
