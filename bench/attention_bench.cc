@@ -295,8 +295,8 @@ void print_step_table() {
     }
   }
   std::printf("(f32/bf16 = f32 fwd+bwd wall time / this row's; cpu = process CPU time of a run, all threads; the hashes "
-              "change only when the kernels' bits do, and the backward's also with the thread count and, above one "
-              "thread, run to run: dk and dv sum per-thread partial sums of dynamically scheduled heads)\n");
+              "change only when the kernels' bits do, and the backward's also with the thread count: dk and dv sum "
+              "per-thread partial sums)\n");
 }
 
 const std::vector<int64_t> kLengths = {1024, 2048, 4096};
