@@ -185,18 +185,25 @@ IndexGeometry index_geometry(const Instr& instr) {
   return g;
 }
 
-int64_t index_at(const Buffer& idx, int64_t i) {
-  return idx.shape().dtype() == ir::DType::kS32 ? idx.as<int32_t>()[i] : static_cast<int64_t>(idx.as<uint32_t>()[i]);
-}
+// s32 or u32 indices, the dtype looked up once per call instead of once per index (the
+// scatter scans every index once per row block).
+struct IndexReader {
+  const void* data;
+  bool s32;
+  explicit IndexReader(const Buffer& idx) : data(idx.data()), s32(idx.shape().dtype() == ir::DType::kS32) {}
+  int64_t operator[](int64_t i) const {
+    return s32 ? static_cast<const int32_t*>(data)[i] : static_cast<int64_t>(static_cast<const uint32_t*>(data)[i]);
+  }
+};
 
 // Copies whole rows of `row_bytes` (any dtype: gathering only moves data). Parallel over
 // every result row: the MoE's gathers have batch = pre = 1 and 2048 rows of 512.
-void gather_rows(const IndexGeometry& g, const std::byte* x, const Buffer& idx, std::byte* out, int64_t row_bytes) {
+void gather_rows(const IndexGeometry& g, const std::byte* x, const IndexReader idx, std::byte* out, int64_t row_bytes) {
   const int64_t rows = g.batch * g.pre * g.m;
 #pragma omp parallel for schedule(static) if (rows * row_bytes > (1 << 17))
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t bp = r / g.m, j = r % g.m, b = bp / g.pre;
-    const int64_t k = std::clamp<int64_t>(index_at(idx, b * g.m + j), 0, g.n - 1);
+    const int64_t k = std::clamp<int64_t>(idx[b * g.m + j], 0, g.n - 1);
     std::memcpy(out + r * row_bytes, x + (bp * g.n + k) * row_bytes, static_cast<size_t>(row_bytes));
   }
 }
@@ -236,11 +243,11 @@ inline float widen(uint16_t bf16_bits) { return bf16_to_f32(bf16_bits); }
 // Adds the update rows of slice `s` whose index falls in [k0, k1) into rows (row k at
 // sum + (k - k0) * post). U is T, or bf16 bits summed into f32.
 template <typename T, typename U>
-void add_rows_in_range(const IndexGeometry& g, int64_t s, const U* upd, const Buffer& idx, T* sum, int64_t k0,
+void add_rows_in_range(const IndexGeometry& g, int64_t s, const U* upd, const IndexReader idx, T* sum, int64_t k0,
                        int64_t k1) {
   const int64_t b = s / g.pre;
   for (int64_t j = 0; j < g.m; ++j) {
-    const int64_t k = index_at(idx, b * g.m + j);
+    const int64_t k = idx[b * g.m + j];
     if (k < k0 || k >= k1) continue;  // another block's row, or out of range (dropped)
     T* dst = sum + (k - k0) * g.post;
     const U* src = upd + (s * g.m + j) * g.post;
@@ -250,7 +257,7 @@ void add_rows_in_range(const IndexGeometry& g, int64_t s, const U* upd, const Bu
 
 // out = x, then out[rows of idx] += upd rows (f32 or f64 throughout).
 template <typename T>
-void scatter_add_rows(const IndexGeometry& g, const T* x, const T* upd, const Buffer& idx, T* out) {
+void scatter_add_rows(const IndexGeometry& g, const T* x, const T* upd, const IndexReader idx, T* out) {
   const int64_t slices = g.batch * g.pre;
   const bool parallel = slices * (g.n + g.m) * g.post > kScatterParallelElements;
   const ScatterPlan p = plan_scatter(g, parallel ? omp_get_max_threads() : 1);
@@ -268,9 +275,9 @@ void scatter_add_rows(const IndexGeometry& g, const T* x, const T* upd, const Bu
 // sum once). The f32 sum covers at most kBf16SumElements of the block at a time (rows
 // re-scan the indices per piece), so it is a small per-thread buffer that stays in cache
 // instead of an f32 copy of the whole operand.
-constexpr int64_t kBf16SumElements = 1 << 14;
+constexpr int64_t kBf16SumElements = 1 << 16;
 
-void bf16_scatter_add_rows(const IndexGeometry& g, const uint16_t* x, const uint16_t* upd, const Buffer& idx,
+void bf16_scatter_add_rows(const IndexGeometry& g, const uint16_t* x, const uint16_t* upd, const IndexReader idx,
                            uint16_t* out) {
   const int64_t slices = g.batch * g.pre;
   const bool parallel = slices * (g.n + g.m) * g.post > kScatterParallelElements;
@@ -303,7 +310,7 @@ Kernel gather_kernel(const Instr& instr) {
   IndexGeometry g = index_geometry(instr);
   int64_t row_bytes = g.post * ir::dtype_size(instr.shape().dtype());
   return [g, row_bytes](std::span<const Value* const> in, Value& out) {
-    gather_rows(g, static_cast<const std::byte*>((*in[0])[0].data()), (*in[1])[0], static_cast<std::byte*>(out[0].data()),
+    gather_rows(g, static_cast<const std::byte*>((*in[0])[0].data()), IndexReader((*in[1])[0]), static_cast<std::byte*>(out[0].data()),
                 row_bytes);
   };
 }
@@ -313,9 +320,9 @@ Kernel scatter_add_kernel(const Instr& instr) {
   bool f64 = instr.shape().dtype() == ir::DType::kF64;
   return [g, f64](std::span<const Value* const> in, Value& out) {
     if (f64) {
-      scatter_add_rows(g, (*in[0])[0].as<double>(), (*in[2])[0].as<double>(), (*in[1])[0], out[0].as<double>());
+      scatter_add_rows(g, (*in[0])[0].as<double>(), (*in[2])[0].as<double>(), IndexReader((*in[1])[0]), out[0].as<double>());
     } else {
-      scatter_add_rows(g, (*in[0])[0].as<float>(), (*in[2])[0].as<float>(), (*in[1])[0], out[0].as<float>());
+      scatter_add_rows(g, (*in[0])[0].as<float>(), (*in[2])[0].as<float>(), IndexReader((*in[1])[0]), out[0].as<float>());
     }
   };
 }
@@ -329,7 +336,7 @@ Kernel bf16_scatter_add_kernel(const Instr& instr) {
     const Buffer& updates = (*in[2])[0];
     KILN_CHECK(x.shape().dtype() == ir::DType::kBF16 && updates.shape().dtype() == ir::DType::kBF16)
         << "bf16 scatter_add of " << x.shape().to_string() << " and " << updates.shape().to_string();
-    bf16_scatter_add_rows(g, x.as<uint16_t>(), updates.as<uint16_t>(), (*in[1])[0], out[0].as<uint16_t>());
+    bf16_scatter_add_rows(g, x.as<uint16_t>(), updates.as<uint16_t>(), IndexReader((*in[1])[0]), out[0].as<uint16_t>());
   };
 }
 

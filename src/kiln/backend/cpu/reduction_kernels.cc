@@ -1,4 +1,4 @@
-// Native reductions over any set of dimensions (f32, f64). The input is viewed as
+// Native reductions over any set of dimensions (f32, f64, bf16). The input is viewed as
 // [outer, reduced, inner]: when the reduced dimensions are one contiguous block that view is
 // free (inner = 1 is a row reduction, outer = 1 a column reduction over leading dims, which
 // accumulates whole rows at a time and vectorizes); otherwise a strided copy moves the
@@ -35,10 +35,29 @@ struct MinStep {
   static void apply(A& a, X x) { const A v = static_cast<A>(x); a = (v < a || v != v) ? v : a; }
 };
 
+// Element loads and stores: f32 and f64 as they are; bf16 bits widened to f32 as they are
+// read and the result rounded once (through f32, as widening the input, reducing in f32 and
+// rounding the f32 result would: the same bits, without the widened copy of the input).
+template <typename T>
+struct Elem {
+  using Wide = T;
+  static T load(T x) { return x; }
+  template <typename A>
+  static T store(A a) { return static_cast<T>(a); }
+};
+template <>
+struct Elem<uint16_t> {
+  using Wide = float;
+  static float load(uint16_t bits) { return bf16_to_f32(bits); }
+  template <typename A>
+  static uint16_t store(A a) { return f32_to_bf16(static_cast<float>(a)); }
+};
+
 // out[o, i] = reduce_r in[o, r, i], cut into work items by plan_reduction (reduce_plan.h),
 // in the same order as the generated input fusions.
 template <typename Step, typename A, typename T>
 void reduce_planned(const T* in, T* out, int64_t outer, int64_t red, int64_t inner, A init) {
+  using E = Elem<T>;
   const ReducePlan p = plan_reduction(outer, red, inner);
   std::vector<A> partial(p.splits > 1 ? outer * p.splits * inner : 0);
 #pragma omp parallel for schedule(static) if (outer * red * inner > 16384)
@@ -50,7 +69,7 @@ void reduce_planned(const T* in, T* out, int64_t outer, int64_t red, int64_t inn
       if (p.splits > 1) {
         partial[(oi * p.splits + s) * inner + i] = a;
       } else {
-        out[oi * inner + i] = static_cast<T>(a);
+        out[oi * inner + i] = E::store(a);
       }
     };
     if (inner == 1) {
@@ -60,9 +79,9 @@ void reduce_planned(const T* in, T* out, int64_t outer, int64_t red, int64_t inn
       int64_t r = r0;
       for (; r + kReduceLanes <= r1; r += kReduceLanes) {
 #pragma omp simd
-        for (int64_t j = 0; j < kReduceLanes; ++j) Step::apply(lane[j], row[r + j]);
+        for (int64_t j = 0; j < kReduceLanes; ++j) Step::apply(lane[j], E::load(row[r + j]));
       }
-      for (; r < r1; ++r) Step::apply(lane[0], row[r]);
+      for (; r < r1; ++r) Step::apply(lane[0], E::load(row[r]));
       for (int64_t j = 1; j < kReduceLanes; ++j) Step::apply(lane[0], lane[j]);
       finish(0, lane[0]);
     } else {
@@ -71,7 +90,7 @@ void reduce_planned(const T* in, T* out, int64_t outer, int64_t red, int64_t inn
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = in + (oi * red + r) * inner;
 #pragma omp simd
-        for (int64_t i = i0; i < i1; ++i) Step::apply(acc[i - i0], row[i]);
+        for (int64_t i = i0; i < i1; ++i) Step::apply(acc[i - i0], E::load(row[i]));
       }
       for (int64_t i = i0; i < i1; ++i) finish(i, acc[i - i0]);
     }
@@ -82,18 +101,19 @@ void reduce_planned(const T* in, T* out, int64_t outer, int64_t red, int64_t inn
       const int64_t oi = k / inner, i = k % inner;
       A a = partial[oi * p.splits * inner + i];
       for (int64_t s = 1; s < p.splits; ++s) Step::apply(a, partial[(oi * p.splits + s) * inner + i]);
-      out[k] = static_cast<T>(a);
+      out[k] = E::store(a);
     }
   }
 }
 
 template <typename T>
 void reduce(Opcode op, const T* in, T* out, int64_t outer, int64_t red, int64_t inner) {
-  constexpr T inf = std::numeric_limits<T>::infinity();
+  using W = typename Elem<T>::Wide;
+  constexpr W inf = std::numeric_limits<W>::infinity();
   switch (op) {
     case Opcode::kReduceSum: return reduce_planned<SumStep, double>(in, out, outer, red, inner, 0.0);
-    case Opcode::kReduceMax: return reduce_planned<MaxStep, T>(in, out, outer, red, inner, -inf);
-    default: return reduce_planned<MinStep, T>(in, out, outer, red, inner, inf);
+    case Opcode::kReduceMax: return reduce_planned<MaxStep, W>(in, out, outer, red, inner, -inf);
+    default: return reduce_planned<MinStep, W>(in, out, outer, red, inner, inf);
   }
 }
 
@@ -159,7 +179,26 @@ bool float_input(const Instr& instr) {
 }
 
 bool bf16_input(const Instr& instr) { return instr.operand(0)->shape().dtype() == ir::DType::kBF16; }
-Kernel bf16_reduce_kernel(const Instr& instr) { return via_f32(reduce_kernel(instr)); }
+
+// bf16: a contiguous block of reduced dims (every bf16 reduction of the gpt-oss-small step:
+// bias and sink gradients over [batch, seq]) reads the bf16 input directly; other sets of
+// dims are moved by a strided copy first, which runs in f32 through via_f32.
+Kernel bf16_reduce_kernel(const Instr& instr) {
+  const auto& in_dims = instr.operand(0)->shape().dims();
+  std::vector<int64_t> reduced = instr.attrs().get_ints("dims");
+  std::sort(reduced.begin(), reduced.end());
+  const bool contiguous =
+      !reduced.empty() && reduced.back() - reduced.front() + 1 == static_cast<int64_t>(reduced.size());
+  if (!contiguous || instr.shape().dtype() != ir::DType::kBF16) return via_f32(reduce_kernel(instr));
+  int64_t outer = 1, red = 1, inner = 1;
+  for (int64_t d = 0; d < reduced.front(); ++d) outer *= in_dims[d];
+  for (int64_t d : reduced) red *= in_dims[d];
+  for (size_t d = reduced.back() + 1; d < in_dims.size(); ++d) inner *= in_dims[d];
+  const Opcode op = instr.opcode();
+  return [=](std::span<const Value* const> in, Value& out) {
+    reduce(op, (*in[0])[0].as<uint16_t>(), out[0].as<uint16_t>(), outer, red, inner);
+  };
+}
 
 }  // namespace
 

@@ -66,7 +66,11 @@ void copy_rows(T* out, const T* in, const std::vector<int64_t>& dims, const std:
   int64_t rows = 1;
   for (int d = 0; d < rank - 1; ++d) rows *= dims[d];
   const int threads = static_cast<int>(std::min<int64_t>(copy_threads(rows * dims[rank - 1]), std::max<int64_t>(rows, 1)));
-#pragma omp parallel num_threads(threads) if (threads > 1)
+  if (threads == 1) {  // no parallel region at all: a concatenation of 155 scalars calls this 155 times
+    copy_row_range(out, in, dims, in_strides, in_offset, out_strides, out_offset, 0, rows);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     copy_row_range(out, in, dims, in_strides, in_offset, out_strides, out_offset, rows * t / nt, rows * (t + 1) / nt);

@@ -1,5 +1,6 @@
-// The library data-movement kernels on shapes above their parallel thresholds (the
-// gpt-oss-small step's gathers, scatter_adds, transposes, slices, pads and fills), compiled
+// The library data-movement and reduction kernels on shapes above their parallel thresholds
+// (the gpt-oss-small step's gathers, scatter_adds, transposes, slices, pads, fills and bf16
+// bias-gradient reductions), compiled
 // unfused and run at 1, 2 and 3 OpenMP threads: every run must equal the interpreter bit
 // for bit. Float inputs are multiples of 1/16 in [-4, 4] (exact in bf16), so f32 and bf16
 // sums with duplicate indices are exact in any order and the interpreter's once-rounded
@@ -22,7 +23,7 @@
 namespace kiln::backend {
 namespace {
 
-std::string cache_dir() { return ::testing::TempDir() + "kiln_data_movement_cache"; }
+std::string cache_dir() { return ::testing::TempDir() + "kiln_library_kernels_cache"; }
 
 // Restores the OpenMP thread count a test changed.
 struct ThreadCount {
@@ -86,7 +87,7 @@ std::string one_op(const std::string& params, const std::string& root) {
 
 // The MoE combine and its bf16 twin: 2048 update rows into 256 (batch = pre = 1, so the rows
 // are cut into blocks), about 8 per row so that every row is hit, some out of range (dropped).
-TEST(DataMovementKernels, ScatterAddRowBlocksEqualInterpreter) {
+TEST(LibraryKernels, ScatterAddRowBlocksEqualInterpreter) {
   for (const char* t : {"f32", "bf16", "f64"}) {
     expect_bit_equal(fmt::format("{} combine", t),
                      one_op(fmt::format("  %x = {0}[256,96] parameter(), index=0\n  %i = s32[2048] parameter(), index=1\n"
@@ -100,6 +101,12 @@ TEST(DataMovementKernels, ScatterAddRowBlocksEqualInterpreter) {
                           "  %u = bf16[2048,512] parameter(), index=2\n",
                           "%s = bf16[3,512] scatter_add(%x, %i, %u), axis=0"),
                    -1, 4);
+  // Rows wide enough that a block's f32 sum is taken in several pieces (bf16 only).
+  expect_bit_equal("bf16 wide rows",
+                   one_op("  %x = bf16[64,2048] parameter(), index=0\n  %i = s32[600] parameter(), index=1\n"
+                          "  %u = bf16[600,2048] parameter(), index=2\n",
+                          "%s = bf16[64,2048] scatter_add(%x, %i, %u), axis=0"),
+                   -2, 66);
   // Two slices (pre = 2) with more threads than slices at 3 threads.
   expect_bit_equal("f32 pre=2",
                    one_op("  %x = f32[2,300,64] parameter(), index=0\n  %i = u32[1800] parameter(), index=1\n"
@@ -109,7 +116,7 @@ TEST(DataMovementKernels, ScatterAddRowBlocksEqualInterpreter) {
 }
 
 // The loss gradient's one-hot: one index per (batch, position) slice of a wide row.
-TEST(DataMovementKernels, ScatterAddManySlicesEqualInterpreter) {
+TEST(LibraryKernels, ScatterAddManySlicesEqualInterpreter) {
   for (const char* t : {"f32", "bf16"}) {
     expect_bit_equal(fmt::format("{} one-hot", t),
                      one_op(fmt::format("  %x = {0}[2,128,1000] parameter(), index=0\n  %i = s32[2,128,1] parameter(), index=1\n"
@@ -119,7 +126,7 @@ TEST(DataMovementKernels, ScatterAddManySlicesEqualInterpreter) {
   }
 }
 
-TEST(DataMovementKernels, GatherRowsEqualInterpreter) {
+TEST(LibraryKernels, GatherRowsEqualInterpreter) {
   for (const char* t : {"f32", "bf16"}) {
     expect_bit_equal(fmt::format("{} rows", t),
                      one_op(fmt::format("  %x = {0}[1024,96] parameter(), index=0\n  %i = s32[2048] parameter(), index=1\n", t),
@@ -134,7 +141,7 @@ TEST(DataMovementKernels, GatherRowsEqualInterpreter) {
 
 // Transposes take the tiled path when the result's last dim is strided in the input;
 // dims that are not multiples of the tile check the edges.
-TEST(DataMovementKernels, TransposesEqualInterpreter) {
+TEST(LibraryKernels, TransposesEqualInterpreter) {
   for (const char* t : {"f32", "bf16"}) {
     expect_bit_equal(fmt::format("{} [512,8,64] -> [8,64,512]", t),
                      one_op(fmt::format("  %x = {}[512,8,64] parameter(), index=0\n", t),
@@ -154,7 +161,7 @@ TEST(DataMovementKernels, TransposesEqualInterpreter) {
 }
 
 // Slices, concatenation, pads and broadcasts of the step's [2,512,8,*] shapes (RoPE halves).
-TEST(DataMovementKernels, SlicesConcatenatesPadsAndBroadcastsEqualInterpreter) {
+TEST(LibraryKernels, SlicesConcatenatesPadsAndBroadcastsEqualInterpreter) {
   expect_bit_equal("slice",
                    one_op("  %x = f32[2,512,8,64] parameter(), index=0\n",
                           "%s = f32[2,512,8,32] slice(%x), start={0,0,0,32}, limit={2,512,8,64}"),
@@ -178,6 +185,26 @@ TEST(DataMovementKernels, SlicesConcatenatesPadsAndBroadcastsEqualInterpreter) {
   expect_bit_equal("broadcast columns",
                    one_op("  %x = f32[512] parameter(), index=0\n", "%b = f32[512,300] broadcast(%x), dims={0}"), 0, 1);
   expect_bit_equal("iota", one_op("", "%i = s32[2,512,2,80] iota(), dim=2"), 0, 1);
+}
+
+// bf16 reductions over a contiguous block of dims read the bf16 input directly; {0,2} is not
+// contiguous and still goes through the widened f32 copy. Sums of multiples of 1/16 are
+// exact, so the once-rounded result equals the interpreter's.
+TEST(LibraryKernels, Bf16ReductionsEqualInterpreter) {
+  struct Case {
+    const char* op;
+    const char* in;
+    const char* out;
+    const char* dims;
+  };
+  for (const Case& c : {Case{"reduce_sum", "2,512,2,64", "2,64", "0,1"}, Case{"reduce_sum", "2,512,512", "512", "0,1"},
+                        Case{"reduce_max", "4,300,70", "4", "1,2"}, Case{"reduce_min", "6,40000", "6", "1"},
+                        Case{"reduce_sum", "3,9000", "3", "1"}, Case{"reduce_sum", "20,30,300", "30", "0,2"}}) {
+    expect_bit_equal(fmt::format("{} of bf16[{}] over {{{}}}", c.op, c.in, c.dims),
+                     one_op(fmt::format("  %x = bf16[{}] parameter(), index=0\n", c.in),
+                            fmt::format("%r = bf16[{}] {}(%x), dims={{{}}}", c.out, c.op, c.dims)),
+                     0, 1);
+  }
 }
 
 }  // namespace
