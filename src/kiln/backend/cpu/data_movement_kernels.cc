@@ -154,11 +154,14 @@ Kernel iota_kernel(const Instr& instr) {
   return [shape, inner, extent](std::span<const Value* const>, Value& out) {
     Buffer& b = out[0];
     const int64_t n = b.num_elements();
-    // Integer iotas (the MoE's positions and expert ids) are written typed; Buffer::set
-    // converts through double per element.
+    // Integer iotas (the MoE's positions and expert ids) are written typed, as runs of
+    // `inner` equal values, without a division per element; Buffer::set converts through
+    // double per element.
     if (shape.dtype() == ir::DType::kS32) {
       int32_t* y = b.as<int32_t>();
-      for (int64_t i = 0; i < n; ++i) y[i] = static_cast<int32_t>((i / inner) % extent);
+      for (int64_t at = 0; at < n;) {
+        for (int64_t e = 0; e < extent; ++e, at += inner) std::fill_n(y + at, inner, static_cast<int32_t>(e));
+      }
       return;
     }
     for (int64_t i = 0; i < n; ++i) b.set(i, static_cast<double>((i / inner) % extent));
