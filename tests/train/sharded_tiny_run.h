@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "kiln/base/check.h"
 #include "kiln/config/config.h"
@@ -29,7 +30,10 @@ inline std::vector<std::string> sharded_tiny_overrides(int64_t devices) {
 // mesh), outputs under the test temp dir in `run_name`; the losses, step by step.
 inline std::vector<double> sharded_tiny_losses(const std::vector<std::string>& extra, int64_t devices,
                                                const std::string& run_name, const std::string& executor, int steps) {
-  std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / ("kiln_" + run_name);
+  // The process id in the name: ctest runs each parameter of a test in a process of its own,
+  // at the same time, and several of them train the same one-device reference run.
+  std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / ("kiln_" + run_name + "_" + std::to_string(getpid()));
   std::filesystem::remove_all(out);
   config::LoadOptions lo;
   lo.overrides = sharded_tiny_overrides(devices);
@@ -51,7 +55,10 @@ inline std::vector<double> sharded_tiny_losses(const std::vector<std::string>& e
   KILN_CHECK(trainer.ok()) << trainer.status().to_string();
   Status s = (*trainer)->run();
   KILN_CHECK(s.ok()) << s.to_string();
-  return step_losses(**trainer);
+  std::vector<double> losses = step_losses(**trainer);
+  trainer->reset();  // closes its files before they go
+  std::filesystem::remove_all(out);
+  return losses;
 }
 
 }  // namespace kiln::train::testing
