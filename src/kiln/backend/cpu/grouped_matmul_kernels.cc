@@ -26,21 +26,27 @@ namespace {
 
 using ir::Instr;
 
-struct Group {
-  int64_t begin, end;
+// Rows [begin, end) of group g (g: the index the tile's weight or gradient block is found by).
+struct RowRange {
+  int64_t g, begin, end;
 };
 
-// Row ranges of the groups, cut at `rows` (negative sizes count as 0), as the op defines.
-std::vector<Group> groups_of(const Buffer& sizes, int64_t rows) {
-  const int32_t* s = sizes.as<int32_t>();
-  std::vector<Group> out(sizes.num_elements());
+// Row ranges of `count` consecutive groups of sizes s, cut at `rows` (negative sizes count
+// as 0), as the op defines; numbered first_g, first_g + 1, ...
+std::vector<RowRange> cut_rows(const int32_t* s, int64_t count, int64_t rows, int64_t first_g) {
+  std::vector<RowRange> out;
   int64_t at = 0;
-  for (size_t g = 0; g < out.size(); ++g) {
-    int64_t end = std::min(at + std::max<int64_t>(0, s[g]), rows);
-    out[g] = {at, end};
+  for (int64_t g = 0; g < count; ++g) {
+    const int64_t end = std::min(at + std::max<int64_t>(0, s[g]), rows);
+    out.push_back({first_g + g, at, end});
     at = end;
   }
   return out;
+}
+
+// The groups of a plain grouped matmul (sizes s32 [E]), numbered by expert.
+std::vector<RowRange> groups_of(const Buffer& sizes, int64_t rows) {
+  return cut_rows(sizes.as<int32_t>(), sizes.num_elements(), rows, 0);
 }
 
 void sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
@@ -69,14 +75,28 @@ void run_tiles(const std::vector<Tile>& tiles, Fn&& fn) {
   for (int64_t i = 0; i < n; ++i) fn(tiles[i]);
 }
 
-// Tiles of one group's rows [r0, r1) x output columns [c0, c1), every group's row range cut
-// into kTileRows rows and the output into kTileCols columns.
-std::vector<Tile> gmm_tiles(const std::vector<Group>& groups, int64_t N) {
+// sgemm tiles of a grouped matmul: every range's rows cut into kTileRows rows and the
+// output into kTileCols columns.
+std::vector<Tile> sgemm_gmm_tiles(const std::vector<RowRange>& ranges, int64_t N) {
   std::vector<Tile> tiles;
-  for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
-    for (int64_t r = groups[g].begin; r < groups[g].end; r += kTileRows) {
+  for (const RowRange& g : ranges) {
+    for (int64_t r = g.begin; r < g.end; r += kTileRows) {
       for (int64_t c = 0; c < N; c += kTileCols) {
-        tiles.push_back({g, r, std::min(r + kTileRows, groups[g].end), c, std::min(c + kTileCols, N), 0, 0});
+        tiles.push_back({g.g, r, std::min(r + kTileRows, g.end), c, std::min(c + kTileCols, N), 0, 0});
+      }
+    }
+  }
+  return tiles;
+}
+
+// sgemm tiles of a weight gradient: per non-empty range, its [K, N] block cut into
+// kTileRows x kTileCols tiles, each summing over all of the range's rows.
+std::vector<Tile> sgemm_tgmm_tiles(const std::vector<RowRange>& ranges, int64_t K, int64_t N) {
+  std::vector<Tile> tiles;
+  for (const RowRange& g : ranges) {
+    for (int64_t k = 0; g.end > g.begin && k < K; k += kTileRows) {
+      for (int64_t c = 0; c < N; c += kTileCols) {
+        tiles.push_back({g.g, g.begin, g.end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
       }
     }
   }
@@ -93,11 +113,6 @@ std::vector<Tile> gmm_tiles(const std::vector<Group>& groups, int64_t N) {
 // 1.79 vs 1.57 ms (weight gradient: one whole [K, N] block per group). Cuts depend on the
 // shapes and group sizes only, never on the thread count.
 constexpr int64_t kBf16TileRows = 384, kBf16TileCols = 512, kBf16MinTiles = 4;
-
-// Rows [begin, end) of group g (g: the index the tile's weight or gradient block is found by).
-struct RowRange {
-  int64_t g, begin, end;
-};
 
 int64_t parts_of(int64_t n, int64_t at_most) { return std::max<int64_t>(1, (n + at_most - 1) / at_most); }
 
@@ -159,12 +174,6 @@ std::vector<Tile> bf16_tgmm_tiles(const std::vector<RowRange>& ranges, int64_t K
   return tiles;
 }
 
-std::vector<RowRange> ranges_of(const std::vector<Group>& groups) {
-  std::vector<RowRange> ranges;
-  for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) ranges.push_back({g, groups[g].begin, groups[g].end});
-  return ranges;
-}
-
 // bf16 x [M, K] @ w [E, K, N] (or [E, N, K] with transpose_rhs) -> [M, N] f32 or bf16.
 Kernel bf16_gmm_kernel(const Instr& instr) {
   const int64_t M = instr.operand(0)->shape().dim(0), K = instr.operand(0)->shape().dim(1);
@@ -175,12 +184,12 @@ Kernel bf16_gmm_kernel(const Instr& instr) {
   return [=](std::span<const Value* const> in, Value& out) {
     const uint16_t* X = (*in[0])[0].as<uint16_t>();
     const uint16_t* W = (*in[1])[0].as<uint16_t>();
-    std::vector<Group> groups = groups_of((*in[2])[0], M);
+    std::vector<RowRange> groups = groups_of((*in[2])[0], M);
     char* Y = static_cast<char*>(out[0].data());
     int64_t used = groups.empty() ? 0 : groups.back().end;
     if (used < M) std::memset(Y + used * N * out_elem, 0, out_elem * (M - used) * N);  // padding rows
     if (N == 0) return;
-    run_tiles(bf16_gmm_tiles(ranges_of(groups), N), [&](const Tile& tile) {
+    run_tiles(bf16_gmm_tiles(groups, N), [&](const Tile& tile) {
       Bf16MatmulDesc d;
       d.m = tile.r1 - tile.r0, d.n = tile.c1 - tile.c0, d.k = K;
       d.trans_b = t, d.lda = K, d.ldb = t ? K : N, d.ldc = N, d.f32_out = f32_out;
@@ -200,13 +209,13 @@ Kernel bf16_tgmm_kernel(const Instr& instr) {
   return [=](std::span<const Value* const> in, Value& out) {
     const uint16_t* X = (*in[0])[0].as<uint16_t>();
     const uint16_t* D = (*in[1])[0].as<uint16_t>();
-    std::vector<Group> groups = groups_of((*in[2])[0], M);
+    std::vector<RowRange> groups = groups_of((*in[2])[0], M);
     char* O = static_cast<char*>(out[0].data());
-    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
+    for (const RowRange& g : groups) {
       // An empty group's gradient is zero.
-      if (groups[g].end == groups[g].begin) std::memset(O + g * K * N * out_elem, 0, K * N * out_elem);
+      if (g.end == g.begin) std::memset(O + g.g * K * N * out_elem, 0, K * N * out_elem);
     }
-    run_tiles(bf16_tgmm_tiles(ranges_of(groups), K, N), [&](const Tile& tile) {
+    run_tiles(bf16_tgmm_tiles(groups, K, N), [&](const Tile& tile) {
       // out[g][k0:k1, c0:c1] = x[rows, k0:k1]^T dy[rows, c0:c1]
       Bf16MatmulDesc d;
       d.m = tile.k1 - tile.k0, d.n = tile.c1 - tile.c0, d.k = tile.r1 - tile.r0;
@@ -226,7 +235,7 @@ Kernel gmm_kernel(const Instr& instr) {
     Buffer x_wide = widen_to_f32((*in[0])[0]), w_wide = widen_to_f32((*in[1])[0]);
     const float* X = x_wide.as<float>();
     const float* W = w_wide.as<float>();
-    std::vector<Group> groups = groups_of((*in[2])[0], M);
+    std::vector<RowRange> groups = groups_of((*in[2])[0], M);
     bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
     Buffer y_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
     float* Y = y_wide.as<float>();
@@ -234,7 +243,7 @@ Kernel gmm_kernel(const Instr& instr) {
     if (used < M) std::memset(Y + used * N, 0, sizeof(float) * (M - used) * N);  // padding rows
     if (K == 0) std::memset(Y, 0, sizeof(float) * used * N);
     if (K > 0 && N > 0) {
-      run_tiles(gmm_tiles(groups, N), [&](const Tile& tile) {
+      run_tiles(sgemm_gmm_tiles(groups, N), [&](const Tile& tile) {
         // w[g] is [K, N] (row stride N), or [N, K] with transpose_rhs (row stride K).
         const float* Wg = W + tile.g * K * N + (t ? tile.c0 * K : tile.c0);
         sgemm('N', t ? 'T' : 'N', tile.r1 - tile.r0, tile.c1 - tile.c0, K, X + tile.r0 * K, K, Wg, t ? K : N,
@@ -253,23 +262,15 @@ Kernel tgmm_kernel(const Instr& instr) {
     Buffer x_wide = widen_to_f32((*in[0])[0]), d_wide = widen_to_f32((*in[1])[0]);
     const float* X = x_wide.as<float>();
     const float* D = d_wide.as<float>();
-    std::vector<Group> groups = groups_of((*in[2])[0], M);
+    std::vector<RowRange> groups = groups_of((*in[2])[0], M);
     bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
     Buffer o_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
     float* O = o_wide.as<float>();
-    std::vector<Tile> tiles;
-    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
-      if (groups[g].end == groups[g].begin) {
-        std::fill(O + g * K * N, O + (g + 1) * K * N, 0.0f);  // an empty group's gradient is zero
-        continue;
-      }
-      for (int64_t k = 0; k < K; k += kTileRows) {
-        for (int64_t c = 0; c < N; c += kTileCols) {
-          tiles.push_back({g, groups[g].begin, groups[g].end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
-        }
-      }
+    for (const RowRange& g : groups) {
+      // An empty group's gradient is zero.
+      if (g.end == g.begin) std::fill(O + g.g * K * N, O + (g.g + 1) * K * N, 0.0f);
     }
-    run_tiles(tiles, [&](const Tile& tile) {
+    run_tiles(sgemm_tgmm_tiles(groups, K, N), [&](const Tile& tile) {
       // out[g][k0:k1, c0:c1] = x[rows, k0:k1]^T dy[rows, c0:c1]
       sgemm('T', 'N', tile.k1 - tile.k0, tile.c1 - tile.c0, tile.r1 - tile.r0, X + tile.r0 * K + tile.k0, K,
             D + tile.r0 * N + tile.c0, N, O + tile.g * K * N + tile.k0 * N + tile.c0, N);
@@ -280,36 +281,20 @@ Kernel tgmm_kernel(const Instr& instr) {
 
 bool f32_or_bf16(ir::DType d) { return d == ir::DType::kF32 || d == ir::DType::kBF16; }
 
-// Tiles of the batched form: entry p's group g is Tile::g = p * Gl + g, its rows [r0, r1)
-// counted within the entry, output columns cut into kTileCols.
-std::vector<Tile> batched_gmm_tiles(const int32_t* S, int64_t P, int64_t Gl, int64_t M, int64_t N) {
-  std::vector<Tile> tiles;
-  for (int64_t p = 0; p < P; ++p) {
-    int64_t at = 0;
-    for (int64_t g = 0; g < Gl; ++g) {
-      const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
-      for (int64_t r = at; r < end; r += kTileRows) {
-        for (int64_t c = 0; c < N; c += kTileCols) {
-          tiles.push_back({p * Gl + g, r, std::min(r + kTileRows, end), c, std::min(c + kTileCols, N), 0, 0});
-        }
-      }
-      at = end;
-    }
-  }
-  return tiles;
-}
-
-// Entry p's row ranges of a batched operand (sizes s32 [P, Gl], each entry's rows cut at M),
-// numbered p * Gl + g.
-std::vector<RowRange> batched_ranges(const int32_t* S, int64_t p, int64_t Gl, int64_t M) {
+// The batched form's row ranges (sizes s32 [P, Gl], each entry's rows cut at M, counted
+// within the entry): every entry's, entry p's group g numbered p * Gl + g.
+std::vector<RowRange> batched_ranges(const int32_t* S, int64_t P, int64_t Gl, int64_t M) {
   std::vector<RowRange> ranges;
-  int64_t at = 0;
-  for (int64_t g = 0; g < Gl; ++g) {
-    const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
-    ranges.push_back({p * Gl + g, at, end});
-    at = end;
+  for (int64_t p = 0; p < P; ++p) {
+    for (const RowRange& r : cut_rows(S + p * Gl, Gl, M, p * Gl)) ranges.push_back(r);
   }
   return ranges;
+}
+
+// Entry p's row ranges for its weight gradient: group g numbered by the [K, N] block it adds
+// into, that of expert (p mod B) * Gl + g.
+std::vector<RowRange> entry_gradient_ranges(const int32_t* S, int64_t p, int64_t Gl, int64_t B, int64_t M) {
+  return cut_rows(S + p * Gl, Gl, M, (p % B) * Gl);
 }
 
 // Batched bf16 x [P, M, K] @ w [E, K, N] (or [E, N, K]) -> [P, M, N] f32 or bf16, every tile
@@ -327,11 +312,7 @@ Kernel batched_bf16_gmm_kernel(const Instr& instr) {
     char* Y = static_cast<char*>(out[0].data());
     std::memset(Y, 0, out_elem * P * M * N);  // padding rows stay zero
     if (K == 0) return;
-    std::vector<RowRange> ranges;
-    for (int64_t p = 0; p < P; ++p) {
-      for (const RowRange& r : batched_ranges((*in[2])[0].as<int32_t>(), p, Gl, M)) ranges.push_back(r);
-    }
-    run_tiles(bf16_gmm_tiles(ranges, N), [&](const Tile& tile) {
+    run_tiles(bf16_gmm_tiles(batched_ranges((*in[2])[0].as<int32_t>(), P, Gl, M), N), [&](const Tile& tile) {
       const int64_t p = tile.g / Gl, expert = (p % B) * Gl + tile.g % Gl;
       Bf16MatmulDesc d;
       d.m = tile.r1 - tile.r0, d.n = tile.c1 - tile.c0, d.k = K;
@@ -340,25 +321,6 @@ Kernel batched_bf16_gmm_kernel(const Instr& instr) {
       bf16_matmul(d, X + (p * M + tile.r0) * K, Wg, Y + ((p * M + tile.r0) * N + tile.c0) * out_elem);
     });
   };
-}
-
-// Entry p's weight-gradient tiles of a batched tgmm: per group g (its rows of x [P, M, K]
-// and dy [P, M, N], sizes s32 [P, Gl]) the [K, N] block of expert (p mod B) * Gl + g, cut
-// into kTileRows x kTileCols tiles over all of the group's rows (the k dimension of the sum).
-std::vector<Tile> batched_tgmm_tiles(const int32_t* S, int64_t p, int64_t Gl, int64_t B, int64_t M, int64_t K,
-                                     int64_t N) {
-  std::vector<Tile> tiles;
-  int64_t at = 0;
-  for (int64_t g = 0; g < Gl; ++g) {
-    const int64_t end = std::min(at + std::max<int64_t>(0, S[p * Gl + g]), M);
-    for (int64_t k = 0; end > at && k < K; k += kTileRows) {
-      for (int64_t c = 0; c < N; c += kTileCols) {
-        tiles.push_back({(p % B) * Gl + g, at, end, c, std::min(c + kTileCols, N), k, std::min(k + kTileRows, K)});
-      }
-    }
-    at = end;
-  }
-  return tiles;
 }
 
 // Batched bf16 weight gradient -> [E, K, N] f32 or bf16. The first entry of each expert block
@@ -378,9 +340,7 @@ Kernel batched_bf16_tgmm_kernel(const Instr& instr) {
     float* O = o_wide.as<float>();
     std::memset(O, 0, sizeof(float) * B * Gl * K * N);  // empty groups' gradients are zero
     for (int64_t p = 0; p < P; ++p) {
-      std::vector<RowRange> ranges = batched_ranges(S, p, Gl, M);
-      for (RowRange& r : ranges) r.g = (p % B) * Gl + r.g % Gl;  // the expert's output block
-      std::vector<Tile> tiles = bf16_tgmm_tiles(ranges, K, N);
+      std::vector<Tile> tiles = bf16_tgmm_tiles(entry_gradient_ranges(S, p, Gl, B, M), K, N);
       const bool first = p < B;  // the first entry of its block: nothing to add to yet
       run_tiles(tiles, [&](const Tile& tile) {
         Bf16MatmulDesc d;
@@ -426,7 +386,7 @@ Kernel batched_gmm_kernel(const Instr& instr) {
     Buffer y_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
     float* Y = y_wide.as<float>();
     std::memset(Y, 0, sizeof(float) * P * M * N);  // padding rows stay zero
-    std::vector<Tile> tiles = K > 0 ? batched_gmm_tiles(S, P, Gl, M, N) : std::vector<Tile>{};
+    std::vector<Tile> tiles = K > 0 ? sgemm_gmm_tiles(batched_ranges(S, P, Gl, M), N) : std::vector<Tile>{};
     run_tiles(tiles, [&](const Tile& tile) {
       const int64_t p = tile.g / Gl, expert = (p % B) * Gl + tile.g % Gl;
       const float* Wg = W + expert * K * N + (t ? tile.c0 * K : tile.c0);
@@ -456,7 +416,7 @@ Kernel batched_tgmm_kernel(const Instr& instr) {
     float* O = o_wide.as<float>();
     std::memset(O, 0, sizeof(float) * B * Gl * K * N);  // empty groups' gradients are zero
     for (int64_t p = 0; p < P; ++p) {
-      std::vector<Tile> tiles = batched_tgmm_tiles(S, p, Gl, B, M, K, N);
+      std::vector<Tile> tiles = sgemm_tgmm_tiles(entry_gradient_ranges(S, p, Gl, B, M), K, N);
       run_tiles(tiles, [&](const Tile& tile) {
         sgemm('T', 'N', tile.k1 - tile.k0, tile.c1 - tile.c0, tile.r1 - tile.r0, X + (p * M + tile.r0) * K + tile.k0, K,
               D + (p * M + tile.r0) * N + tile.c0, N, O + tile.g * K * N + tile.k0 * N + tile.c0, N, 1.0f);
