@@ -69,6 +69,7 @@ inline __m512 exp16(__m512 x) {
 // loop the compiler made of a `simd reduction(max)` was one chain of 64 dependent maxss).
 inline float row_max(const float* s) {
 #if defined(__AVX512F__)
+  static_assert(kBk == 64, "four 16-lane loads cover a row");
   const __m512 a = _mm512_max_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16));
   const __m512 b = _mm512_max_ps(_mm512_loadu_ps(s + 32), _mm512_loadu_ps(s + 48));
   return _mm512_reduce_max_ps(_mm512_max_ps(a, b));
@@ -198,17 +199,12 @@ struct Geometry {
     return true;
   }
   // Columns [lo, hi) of a key block at j0 (nk keys) that the causal and window masks leave
-  // query i: one run, since allowed(i, j) is j <= i (causal) and j > i - window.
+  // query i: one run, since key j is visible when j <= i (causal) and j > i - window.
   std::pair<int64_t, int64_t> visible_columns(int64_t i, int64_t j0, int64_t nk) const {
     int64_t lo = 0, hi = nk;
     if (causal) hi = std::clamp<int64_t>(i - j0 + 1, 0, nk);
     if (window > 0) lo = std::clamp<int64_t>(i - window + 1 - j0, 0, nk);
     return {lo, std::max(lo, hi)};
-  }
-  bool allowed(int64_t i, int64_t j) const {
-    if (causal && j > i) return false;
-    if (window > 0 && j <= i - window) return false;
-    return true;
   }
 };
 
