@@ -8,14 +8,19 @@
 BUILD_DIR ?= build
 # Paths under the checkout hash relative to it, so another clone (CI) reuses the compile cache.
 export CCACHE_BASEDIR := $(CURDIR)
+# OpenAI's .tiktoken files for the tokenizer benchmarks (tests get the folder from CMake).
+export KILN_TOKENIZER_DIR ?= $(abspath $(CURDIR)/../shared/data/tiktoken)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 RUN_ARGS ?=
 
 .PHONY: setup configure build run test asan bench e2e clean
 
+# Debian's packages, then the pinned Python environment .venv (python/requirements.txt: the
+# tiktoken, openai-harmony and TensorBoard references some tests compare with).
 setup:
 	@bash scripts/setup.sh
+	@bash scripts/setup_venv.sh
 
 configure: setup
 	@cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS) > /dev/null

@@ -46,7 +46,8 @@ Status run_sample(const std::string& dir, const std::vector<std::string>& settin
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<ForwardProgram> probe, ForwardProgram::load(dir, overrides, 0, 0));
   const config::Config& cfg = probe->config();
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tok,
-                        data::make_tokenizer(cfg.get_string("tokenizer_type"), cfg.get_string("tokenizer_path")));
+                        data::make_tokenizer(cfg.get_string("tokenizer_type"), cfg.get_string("tokenizer_path"),
+                                             cfg.get_string("tokenizer_dir")));
   std::vector<int32_t> ids;
   if (cfg.get_bool("add_bos") && tok->bos_id() >= 0) ids.push_back(tok->bos_id());
   for (int32_t id : tok->encode(prompt)) ids.push_back(id);

@@ -30,7 +30,7 @@ namespace {
 
 struct Options {
   std::vector<std::string> inputs;
-  std::string output, tokenizer_type = "bytes", tokenizer_path, train_sentencepiece, allowed_special;
+  std::string output, tokenizer_type = "bytes", tokenizer_path, tokenizer_dir, train_sentencepiece, allowed_special;
   std::string text_field = "text";
   int64_t chunk_bytes = 64ll << 20, vocab_size = 8000;
   int threads = 0;
@@ -47,8 +47,10 @@ Status take_keys(Options& o) {
       o.tokenizer_type = a.substr(eq + 1);
     } else if (key == "tokenizer_path") {
       o.tokenizer_path = a.substr(eq + 1);
+    } else if (key == "tokenizer_dir") {
+      o.tokenizer_dir = a.substr(eq + 1);
     } else if (!key.empty() && key.find('/') == std::string::npos && key.find('.') == std::string::npos) {
-      return invalid_argument("{}: kiln tokenize takes the keys tokenizer_type and tokenizer_path (and input files)", a);
+      return invalid_argument("{}: kiln tokenize takes the keys tokenizer_type, tokenizer_path and tokenizer_dir (and input files)", a);
     } else {
       files.push_back(a);
     }
@@ -58,11 +60,12 @@ Status take_keys(Options& o) {
 }
 
 Result<std::unique_ptr<data::Tokenizer>> make(const Options& o) {
-  if (o.allowed_special.empty()) return data::make_tokenizer(o.tokenizer_type, o.tokenizer_path);
+  if (o.allowed_special.empty()) return data::make_tokenizer(o.tokenizer_type, o.tokenizer_path, o.tokenizer_dir);
   if (o.tokenizer_type != "tiktoken") {
     return invalid_argument("--allowed_special applies to tokenizer_type=tiktoken, not {}", o.tokenizer_type);
   }
   data::TiktokenTokenizer::Options options;
+  options.directory = o.tokenizer_dir;
   std::istringstream list(o.allowed_special);
   for (std::string s; std::getline(list, s, ',');) {
     if (!s.empty()) options.allowed_special.push_back(s);
@@ -107,14 +110,17 @@ int ids_mode(const Options& o, const data::Tokenizer& tok) {
 std::function<int()> add_tokenize_command(CLI::App& cmd) {
   auto opts = std::make_shared<Options>();
   cmd.add_option("inputs", opts->inputs,
-                 "Text files (.jsonl: one JSON object per line; else paragraphs) and tokenizer_type=/tokenizer_path= keys")
+                 "Text files (.jsonl: one JSON object per line; else paragraphs) and tokenizer_type=/tokenizer_path=/tokenizer_dir= keys")
       ->type_name("FILE...");
   cmd.add_option("-o,--output", opts->output, "Directory for shard_NNNNN.bin and manifest.json");
   cmd.add_option("--tokenizer_type", opts->tokenizer_type,
                  "bytes (UTF-8 bytes + BOS/EOS, vocab 258), sentencepiece (--tokenizer_path MODEL) or tiktoken");
   cmd.add_option("--tokenizer_path", opts->tokenizer_path,
-                 "SentencePiece .model file, or a tiktoken encoding: o200k_harmony, o200k_base, cl100k_base, gpt2, "
-                 "or an encoder .json");
+                 "SentencePiece .model file, or a tiktoken encoding: o200k_harmony, o200k_base, cl100k_base, "
+                 "p50k_base, r50k_base, gpt2, a .tiktoken file or an encoder .json");
+  cmd.add_option("--tokenizer_dir", opts->tokenizer_dir,
+                 "tiktoken: the folder of OpenAI's .tiktoken files that encoding names are looked up in "
+                 "(default $KILN_TOKENIZER_DIR, else ~/.cache/kiln/tiktoken)");
   cmd.add_option("--allowed_special", opts->allowed_special,
                  "tiktoken: special tokens recognised in the text (comma-separated, or all); default none: their "
                  "text is encoded as ordinary text");

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/testing/cli.h"
+#include "tests/testing/tiktoken_files.h"
 
 namespace {
 
@@ -26,6 +27,7 @@ CliRun kiln(const std::string& args, const std::string& stdin_text = "") {
   return kiln::testing::run_command(KILN_BINARY, args, stdin_text);
 }
 
+const std::string kTokenizerDir = kiln::testing::tiktoken_test_dir();
 const std::string kHarmony = " tokenizer_type=tiktoken tokenizer_path=o200k_harmony";
 
 TEST(KilnTokenizeCli, TiktokenIdsAndDecodeOnStdin) {
@@ -64,11 +66,67 @@ TEST(KilnTokenizeCli, BadTokenizerInputIsOneLineAndExitCode2) {
   EXPECT_EQ(unknown_special.exit_code, 2);
   CliRun key = kiln("tokenize --ids vocab=3", "x\n");
   EXPECT_EQ(key.exit_code, 2);
-  EXPECT_NE(key.err.find("vocab=3: kiln tokenize takes the keys tokenizer_type and tokenizer_path"),
+  EXPECT_NE(key.err.find("vocab=3: kiln tokenize takes the keys tokenizer_type, tokenizer_path and tokenizer_dir"),
             std::string::npos) << key.err;
   CliRun missing = kiln("tokenize --output " + temp("none") + " " + temp("missing.txt") + kHarmony);
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("missing.txt: input file not found"), std::string::npos) << missing.err;
+}
+
+// A rank file that is missing, truncated or altered, an unknown name and a missing directory:
+// one line naming the file (and the line) and what is accepted, exit code 2.
+TEST(KilnTokenizeCli, BadTiktokenFilesAreOneLineNamingTheFile) {
+  auto one_line = [](const CliRun& r) { return std::count(r.err.begin(), r.err.end(), '\n') == 1; };
+  const std::string dir = temp("encodings");
+  std::filesystem::create_directories(dir);
+  const std::string published = kiln::testing::read_text_file(kTokenizerDir + "/cl100k_base.tiktoken");
+  ASSERT_GT(published.size(), 1000000u) << kTokenizerDir << " has no cl100k_base.tiktoken";
+  const std::string gpt2 = kiln::testing::read_text_file(kTokenizerDir + "/gpt2.tiktoken");
+
+  // Cut inside a line: the line is named, with what a line holds.
+  std::ofstream(dir + "/cl100k_base.tiktoken", std::ios::binary) << published.substr(0, 1000) << "\n";
+  CliRun cut = kiln("tokenize --ids tokenizer_type=tiktoken tokenizer_path=cl100k_base tokenizer_dir=" + dir, "x\n");
+  EXPECT_EQ(cut.exit_code, 2);
+  EXPECT_NE(cut.err.find(dir + "/cl100k_base.tiktoken:"), std::string::npos) << cut.err;
+  EXPECT_NE(cut.err.find("expected \"BASE64TOKEN RANK\""), std::string::npos) << cut.err;
+  EXPECT_TRUE(one_line(cut)) << cut.err;
+  // Cut at a line end: every line reads, the digest tells.
+  std::ofstream(dir + "/cl100k_base.tiktoken", std::ios::binary) << published.substr(0, published.rfind('\n', 50000) + 1);
+  CliRun truncated = kiln("tokenize --ids --tokenizer_type=tiktoken --tokenizer_path=cl100k_base --tokenizer_dir=" + dir, "x\n");
+  EXPECT_EQ(truncated.exit_code, 2);
+  EXPECT_NE(truncated.err.find("cl100k_base.tiktoken: sha256 "), std::string::npos) << truncated.err;
+  EXPECT_NE(truncated.err.find("differs from the published 223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
+            std::string::npos) << truncated.err;
+  EXPECT_TRUE(one_line(truncated)) << truncated.err;
+  // One rank changed: the digest again, through a path this time.
+  std::string altered = gpt2;
+  altered.replace(altered.find(" 100\n"), 5, " 50300\n");  // a rank no token has
+  std::ofstream(dir + "/r50k_base.tiktoken", std::ios::binary) << altered;
+  CliRun edited = kiln("tokenize --ids tokenizer_type=tiktoken tokenizer_path=" + dir + "/r50k_base.tiktoken", "x\n");
+  EXPECT_EQ(edited.exit_code, 2);
+  EXPECT_NE(edited.err.find("differs from the published"), std::string::npos) << edited.err;
+  // A file of no known encoding, given by path.
+  std::ofstream(dir + "/mine.tiktoken", std::ios::binary) << "YQ== 0\nYg== 1\n";
+  CliRun unknown_file = kiln("tokenize --ids tokenizer_type=tiktoken tokenizer_path=" + dir + "/mine.tiktoken", "x\n");
+  EXPECT_EQ(unknown_file.exit_code, 2);
+  EXPECT_NE(unknown_file.err.find("mine.tiktoken: sha256"), std::string::npos) << unknown_file.err;
+  EXPECT_NE(unknown_file.err.find("o200k_harmony"), std::string::npos) << unknown_file.err;
+  // A directory without the file, and one that does not exist.
+  CliRun absent = kiln("tokenize --ids" + kHarmony + " tokenizer_dir=" + dir, "x\n");
+  EXPECT_EQ(absent.exit_code, 2);
+  EXPECT_NE(absent.err.find(dir + "/o200k_base.tiktoken not found"), std::string::npos) << absent.err;
+  EXPECT_TRUE(one_line(absent)) << absent.err;
+  CliRun no_dir = kiln("tokenize --ids" + kHarmony + " tokenizer_dir=" + dir + "/nowhere", "x\n");
+  EXPECT_EQ(no_dir.exit_code, 2);
+  EXPECT_NE(no_dir.err.find("tokenizer directory " + dir + "/nowhere does not exist"), std::string::npos) << no_dir.err;
+  EXPECT_NE(no_dir.err.find("KILN_TOKENIZER_DIR"), std::string::npos) << no_dir.err;
+  // The published file by path works, named by its digest (as in tiktoken's download cache).
+  std::filesystem::copy_file(kTokenizerDir + "/gpt2.tiktoken", dir + "/9b5ad71b2ce5302211f9c61530b329a4922fc6a4");
+  CliRun cached = kiln("tokenize --ids tokenizer_type=tiktoken tokenizer_path=" + dir + "/9b5ad71b2ce5302211f9c61530b329a4922fc6a4",
+                       "Hello world\n");
+  EXPECT_EQ(cached.exit_code, 0) << cached.err;
+  EXPECT_EQ(cached.out, "15496 995\n");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(KilnTokenizeCli, FilesToShardsWithProgressAndAResumingReRun) {

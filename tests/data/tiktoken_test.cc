@@ -1,6 +1,7 @@
-// tokenizer_type=tiktoken against the reference: the npm package tiktoken (OpenAI's Rust
-// BPE compiled to wasm), run with node by tests/reference/tiktoken_ref.js on the same texts.
-// Both come from scripts/setup.sh; without them the reference test fails and says so.
+// tokenizer_type=tiktoken against the references: the PyPI package tiktoken (OpenAI's own
+// BPE) reading the same published .tiktoken files, and openai-harmony (OpenAI's GPT-OSS
+// renderer) for the harmony special tokens, run by tests/reference/tiktoken_ref.py in the
+// project's venv (scripts/setup_venv.sh); without them the reference tests fail and say so.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -15,15 +16,21 @@
 
 #include "kiln/data/tokenizer.h"
 #include "kiln/data/tokenizer/bpe.h"
+#include "kiln/base/sha256.h"
 #include "kiln/data/tokenizer/tiktoken.h"
+#include "kiln/data/tokenizer/tiktoken_encodings.h"
+#include "kiln/data/tokenizer/tiktoken_file.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/tiktoken_files.h"
 
 namespace kiln::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kEncodings[] = {"o200k_harmony", "o200k_base", "cl100k_base", "gpt2"};
+const std::string kTokenizerDir = kiln::testing::tiktoken_test_dir();
+const char* const kEncodings[] = {"o200k_harmony", "o200k_base", "cl100k_base", "p50k_base",
+                                  "p50k_edit",     "r50k_base",  "gpt2"};
 
 // Loading o200k parses 200k base64 tokens; share one tokenizer per encoding and options.
 const TiktokenTokenizer& tokenizer(const std::string& name, bool all_special = false) {
@@ -98,6 +105,18 @@ std::vector<std::string> reference_texts() {
     for (int k = 0; k < n; ++k) mix += pool[rng() % pool.size()];
     t.push_back(mix);
   }
+  // Multilingual prose, source code, long whitespace and digit runs, invalid UTF-8.
+  t.push_back("Der Äther über Köln. Ça coûte 3,50 €. ¿Dónde está? Tiếng Việt có dấu. Türkçe ığüşöç. "
+              "Ελληνικά: αβγ. Українська: їжак ґанок. 中文：我们正在训练一个语言模型。日本語：東京都。"
+              "हिन्दी भाषा। ภาษาไทยไม่มีช่องว่าง. Kiswahili: habari gani? አማርኛ ፊደል. ქართული ენა.");
+  t.push_back("#include <vector>\nint main() {\n  std::vector<int> v{1, 2, 3};\n  for (auto& x : v) x *= 2;  // double\n"
+              "  return v.size() > 2 ? 0 : 1;\n}\n\nfn main() { let s: &str = \"héllo\"; println!(\"{s:?}\"); }\n"
+              "SELECT id, COUNT(*) FROM t WHERE name LIKE '%x%' GROUP BY id;\n<div class=\"a\">&nbsp;</div>\n");
+  t.push_back(repeat("\t", 70) + repeat(" \n", 90) + repeat("\u3000", 40) + "end" + repeat("\r\n", 50));
+  t.push_back(repeat("9", 1001) + " " + repeat("0", 77) + "." + repeat("12", 300) + "٣٤٥٦" + repeat("½", 20));
+  t.push_back("\xff\xfe\xfd bytes \xc3 cut \xe6\x97 end\x80 \xed\xa0\x80 surrogate \xf4\x90\x80\x80 too-big "
+              "\xc0\xaf overlong " + repeat("\xe2\x82", 30) + "tail\xf0\x9f\x98");
+  t.push_back("Hello \xff world \xf0\x9f\x98\x80 \x80\x81\x82 '\xc3's");
   // A paragraph of English prose.
   t.push_back(
       "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
@@ -106,26 +125,56 @@ std::vector<std::string> reference_texts() {
   return t;
 }
 
-std::string package_dir() {
-  return (fs::path(tiktoken_encoders_dir()).parent_path()).string();
+std::string base64(const std::string& bytes) {
+  static const char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char c : bytes) {
+    acc = (acc << 8) | c;
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      out.push_back(kAlphabet[(acc >> bits) & 63]);
+    }
+  }
+  if (bits > 0) out.push_back(kAlphabet[(acc << (6 - bits)) & 63]);
+  while (out.size() % 4) out.push_back('=');
+  return out;
 }
 
-TEST(TiktokenReference, IdsEqualTheNpmPackageForAllFourEncodings) {
-  std::string pkg = package_dir();
-  ASSERT_TRUE(fs::exists(pkg + "/lite/tiktoken.cjs"))
-      << pkg << " has no npm package tiktoken: run scripts/setup.sh (npm install tiktoken@1.0.22)";
-  ASSERT_EQ(std::system("node --version > /dev/null 2>&1"), 0) << "node is missing: run scripts/setup.sh";
+// The reference's answers for all encodings on reference_texts(), computed once.
+const nlohmann::json& reference() {
+  static const nlohmann::json ref = [] {
+    const std::string python = KILN_VENV_PYTHON;
+    if (!fs::exists(python)) {
+      ADD_FAILURE() << python << " is missing: run scripts/setup_venv.sh (tiktoken, openai-harmony from PyPI)";
+      return nlohmann::json();
+    }
+    std::vector<std::string> texts_b64;
+    for (const std::string& text : reference_texts()) texts_b64.push_back(base64(text));
+    nlohmann::json input = {{"encodings", kEncodings}, {"texts_b64", texts_b64}};
+    std::string in_path = ::testing::TempDir() + "kiln_tiktoken_ref_" + std::to_string(getpid()) + ".json";
+    std::ofstream(in_path) << input.dump();
+    std::string script = std::string(KILN_SOURCE_DIR) + "/tests/reference/tiktoken_ref.py";
+    testing::CliRun run = testing::run_command(python, "'" + script + "' '" + kTokenizerDir + "' '" + in_path + "'");
+    std::remove(in_path.c_str());
+    if (run.exit_code != 0) {
+      ADD_FAILURE() << "tiktoken_ref.py failed: " << run.err;
+      return nlohmann::json();
+    }
+    return nlohmann::json::parse(run.out);
+  }();
+  return ref;
+}
+
+TEST(TiktokenReference, IdsEqualThePypiPackageForEveryEncoding) {
+  const nlohmann::json& ref = reference();
+  ASSERT_FALSE(ref.is_null());
   std::vector<std::string> texts = reference_texts();
-  nlohmann::json input = {{"encodings", kEncodings}, {"texts", texts}};
-  std::string in_path = ::testing::TempDir() + "kiln_tiktoken_ref_" + std::to_string(getpid()) + ".json";
-  std::ofstream(in_path) << input.dump();
-  std::string script = std::string(KILN_SOURCE_DIR) + "/tests/reference/tiktoken_ref.js";
-  testing::CliRun run = testing::run_command("node", "'" + script + "' '" + pkg + "' '" + in_path + "'");
-  std::remove(in_path.c_str());
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  nlohmann::json ref = nlohmann::json::parse(run.out);
   for (const char* name : kEncodings) {
     SCOPED_TRACE(name);
+    ASSERT_TRUE(ref.contains(name));
     const TiktokenTokenizer& plain = tokenizer(name);
     const TiktokenTokenizer& special = tokenizer(name, /*all_special=*/true);
     EXPECT_EQ(plain.vocab_size(), ref[name]["n_vocab"].get<int64_t>());
@@ -138,6 +187,104 @@ TEST(TiktokenReference, IdsEqualTheNpmPackageForAllFourEncodings) {
       ASSERT_TRUE(back.ok()) << back.status().message();
       EXPECT_EQ(*back, texts[i]);
     }
+  }
+}
+
+// Kiln's one table of encodings (pattern, special tokens, file) is tiktoken's.
+TEST(TiktokenReference, TableEqualsThePypiPackage) {
+  const nlohmann::json& ref = reference();
+  ASSERT_FALSE(ref.is_null());
+  for (const char* name : kEncodings) {
+    SCOPED_TRACE(name);
+    const TiktokenEncoding* e = find_tiktoken_encoding(name);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->pattern, ref[name]["pat_str"].get<std::string>());
+    std::map<std::string, int32_t> ours(e->special_tokens.begin(), e->special_tokens.end());
+    EXPECT_EQ(ours.size(), e->special_tokens.size()) << "a special token is listed twice";
+    using Specials = std::map<std::string, int32_t>;
+    EXPECT_EQ(ours, ref[name]["special_tokens"].get<Specials>());
+  }
+}
+
+// ... and its harmony tokens are those of OpenAI's GPT-OSS renderer, where the two packages
+// agree. They differ in two entries: openai-harmony lists <|reserved_201088|> (id 201088, one
+// past GPT-OSS's vocabulary of 201,088 ids, so no model can emit or embed it) and lacks
+// <|endofprompt|> (o200k_base's second name for 200018, which tiktoken's o200k_harmony keeps).
+// Kiln follows tiktoken; the test pins exactly that difference, so any other change fails.
+TEST(TiktokenReference, HarmonySpecialTokensEqualOpenaiHarmony) {
+  const nlohmann::json& ref = reference();
+  ASSERT_FALSE(ref.is_null());
+  ASSERT_TRUE(ref.contains("harmony"));
+  const TiktokenEncoding* e = find_tiktoken_encoding("o200k_harmony");
+  std::map<std::string, int32_t> ours(e->special_tokens.begin(), e->special_tokens.end());
+  using Specials = std::map<std::string, int32_t>;
+  Specials theirs = ref["harmony"]["special_tokens"].get<Specials>();
+  std::map<std::string, int32_t> only_ours, only_theirs;
+  for (const auto& [text, id] : ours) {
+    auto it = theirs.find(text);
+    if (it == theirs.end()) only_ours[text] = id;
+    else EXPECT_EQ(it->second, id) << text;
+  }
+  for (const auto& [text, id] : theirs) {
+    if (!ours.count(text)) only_theirs[text] = id;
+  }
+  EXPECT_EQ(only_ours, (std::map<std::string, int32_t>{{"<|endofprompt|>", 200018}}));
+  EXPECT_EQ(only_theirs, (std::map<std::string, int32_t>{{"<|reserved_201088|>", 201088}}));
+  EXPECT_EQ(theirs.size(), 1091u);
+  const TiktokenTokenizer& t = tokenizer("o200k_harmony");
+  // The renderer's stop tokens are named tokens here: <|return|>, <|end|>, <|call|>.
+  for (int32_t id : ref["harmony"]["stop_tokens"].get<std::vector<int32_t>>()) {
+    auto text = t.decode({id});
+    ASSERT_TRUE(text.ok()) << id;
+    EXPECT_EQ(t.special_id(*text), id);
+    EXPECT_EQ(text->find("reserved"), std::string::npos) << *text;
+  }
+  // Ordinary text encodes the same in the renderer.
+  std::vector<std::string> texts = reference_texts();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (ref["harmony"]["ordinary"][i].is_null()) continue;  // invalid UTF-8: the renderer takes str only
+    EXPECT_EQ(t.encode(texts[i]), ref["harmony"]["ordinary"][i].get<std::vector<int32_t>>()) << i;
+  }
+}
+
+TEST(Tiktoken, PublishedFilesMatchTheTable) {
+  for (const TiktokenEncoding& e : tiktoken_encodings()) {
+    SCOPED_TRACE(std::string(e.name));
+    std::string text = testing::read_text_file(kTokenizerDir + "/" + std::string(e.file));
+    ASSERT_FALSE(text.empty()) << kTokenizerDir << "/" << e.file << " is missing";
+    EXPECT_EQ(sha256_hex(text), e.sha256);
+    EXPECT_EQ(find_tiktoken_encoding_by_sha256(e.sha256)->file, e.name == "gpt2" ? "r50k_base.tiktoken" : e.file);
+  }
+  EXPECT_EQ(find_tiktoken_encoding_by_sha256(sha256_hex("abc")), nullptr);
+  // FIPS 180-2's example.
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(TiktokenFile, MalformedLinesNameTheFileAndLine) {
+  auto ok = parse_tiktoken_ranks("YQ== 0\nYg== 1\r\n\nYWI= 7\n", "f.tiktoken");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->size(), 3u);
+  EXPECT_EQ((*ok)[2], (std::pair<std::string, int32_t>{"ab", 7}));
+  struct Case {
+    std::string text, message;
+  };
+  const Case cases[] = {
+      {"YQ== 0\nYg==\n", "f.tiktoken:2: expected \"BASE64TOKEN RANK\" (one token and its rank per line), got \"Yg==\""},
+      {"YQ== 0\nYg== x1\n", "f.tiktoken:2: expected \"BASE64TOKEN RANK\" (one token and its rank per line); the rank \"x1\""},
+      {"YQ== -1\n", "f.tiktoken:1: expected"},
+      {"YQ== 99999999999\n", "not an integer in [0, 2^31-1)"},
+      {"Y*Q= 0\n", "f.tiktoken:1: expected \"BASE64TOKEN RANK\" (one token and its rank per line); the token \"Y*Q=\" is not base64"},
+      {"YQ== 0\nYg== 0\n", "f.tiktoken:2: rank 0 appears twice"},
+      {"YQ== 0\nYQ== 1\n", "f.tiktoken:2: token \"YQ==\" appears twice"},
+      {"YQ=a 0\n", "is not base64"},
+      {"", "f.tiktoken: holds no tokens"},
+      {" 0\n", "f.tiktoken:1: expected"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_tiktoken_ranks(c.text, "f.tiktoken");
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.text;
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
   }
 }
 
@@ -188,6 +335,10 @@ TEST(Tiktoken, BadTokenizerPathIsOneLineNamingTheKey) {
   EXPECT_NE(unknown.status().message().find("o200k_harmony"), std::string::npos);
   EXPECT_EQ(make_tokenizer("tiktoken", "").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(make_tokenizer("tiktoken", "/nonexistent/enc.json").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(make_tokenizer("tiktoken", "/nonexistent/o200k_base.tiktoken").status().code(), StatusCode::kNotFound);
+  auto no_dir = make_tokenizer("tiktoken", "o200k_base", "/nonexistent/dir");
+  EXPECT_EQ(no_dir.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(no_dir.status().message().find("/nonexistent/dir does not exist"), std::string::npos);
   std::string bad = ::testing::TempDir() + "kiln_bad_encoder_" + std::to_string(getpid()) + ".json";
   std::ofstream(bad) << "{\"pat_str\": \"(\", \"bpe_ranks\": \"! 0 YQ==\"}";
   auto broken = make_tokenizer("tiktoken", bad);

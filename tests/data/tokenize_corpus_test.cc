@@ -15,11 +15,14 @@
 #include "kiln/data/shard.h"
 #include "kiln/data/tokenizer/tiktoken.h"
 #include "kiln/data/tokenizer/tokenize_corpus.h"
+#include "tests/testing/tiktoken_files.h"
 
 namespace kiln::data {
 namespace {
 
 namespace fs = std::filesystem;
+
+const std::string kTokenizerDir = kiln::testing::tiktoken_test_dir();
 
 std::string temp(const std::string& name) {
   return ::testing::TempDir() + "kiln_tokcorpus_" + std::to_string(getpid()) + "_" + name;

@@ -21,11 +21,12 @@ Result<std::string> ByteTokenizer::decode(const std::vector<int32_t>& ids) const
   return text;
 }
 
-Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path) {
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path,
+                                                  const std::string& directory) {
   if (type == "bytes") return std::unique_ptr<Tokenizer>(new ByteTokenizer());
   if (type == "sentencepiece") return load_sentencepiece(path);
   if (type == "tiktoken") {
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<TiktokenTokenizer> t, TiktokenTokenizer::load(path));
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<TiktokenTokenizer> t, TiktokenTokenizer::load(path, {.directory = directory}));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
   if (type == "huggingface") {

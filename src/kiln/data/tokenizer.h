@@ -5,7 +5,8 @@
 //          libsentencepiece; train_sentencepiece() trains one on a corpus. Without the
 //          library at build time, both are unimplemented errors that say so.
 //   tiktoken: OpenAI's byte-level BPE (tokenizer_path=o200k_harmony, o200k_base, cl100k_base,
-//          gpt2 or an encoder .json), tokenizer/tiktoken.h.
+//          ..., a .tiktoken file or an encoder .json; names looked up in tokenizer_dir),
+//          tokenizer/tiktoken.h.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +45,10 @@ class ByteTokenizer final : public Tokenizer {
 };
 
 // tokenizer_type "bytes", "sentencepiece" (path: the .model file) or "tiktoken" (path: an
-// encoding name or encoder .json); huggingface is unimplemented, anything else invalid_argument.
-Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path);
+// encoding name, a .tiktoken file or an encoder .json; `directory`: where names are looked up,
+// tokenizer_dir); huggingface is unimplemented, anything else invalid_argument.
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path,
+                                                  const std::string& directory = "");
 
 // SentencePiece (sentencepiece_tokenizer.cc, or sentencepiece_missing.cc without the library).
 bool sentencepiece_available();

@@ -41,7 +41,7 @@ Result<std::string> tokenize_text(const config::Config& config, std::vector<std:
   KILN_ASSIGN_OR_RETURN(data::TextFiles files, data::list_text_files(path));
   const std::string& type = config.get_string("tokenizer_type");
   const std::string& model = config.get_string("tokenizer_path");
-  Result<std::unique_ptr<data::Tokenizer>> tokenizer = data::make_tokenizer(type, model);
+  Result<std::unique_ptr<data::Tokenizer>> tokenizer = data::make_tokenizer(type, model, config.get_string("tokenizer_dir"));
   if (!tokenizer.ok()) return tokenizer.status().with_context("dataset_type=text");
   std::string cache = config.get_string("dataset_cache_dir");
   if (cache.empty()) cache = (std::filesystem::path(config.get_string("base_output_directory")) / "token_cache").string();

@@ -10,108 +10,37 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln/base/sha256.h"
+#include "kiln/data/tokenizer/tiktoken_encodings.h"
+#include "kiln/data/tokenizer/tiktoken_file.h"
+
 namespace kiln::data {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-#ifndef KILN_TIKTOKEN_DIR_DEFAULT
-#define KILN_TIKTOKEN_DIR_DEFAULT "third_party_cache/npm/node_modules/tiktoken/encoders"
-#endif
+using Tokens = std::vector<std::pair<std::string, int32_t>>;
 
-const char* const kKnownNames[] = {"o200k_harmony", "o200k_base", "cl100k_base", "gpt2",
-                                   "r50k_base",     "p50k_base",  "p50k_edit"};
-
-// Standard or URL-safe base64 with optional padding (the package's tokens use standard).
-bool decode_base64(std::string_view in, std::string& out) {
-  out.clear();
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v;
-    if (c >= 'A' && c <= 'Z') v = c - 'A';
-    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9') v = c - '0' + 52;
-    else if (c == '+' || c == '-') v = 62;
-    else if (c == '/' || c == '_') v = 63;
-    else if (c == '=') break;
-    else return false;
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
-    }
-  }
-  return true;
-}
-
-// GPT-OSS's harmony special tokens on top of o200k_base's (tiktoken's o200k_harmony).
-std::vector<std::pair<std::string, int32_t>> harmony_specials() {
-  std::vector<std::pair<std::string, int32_t>> s = {
-      {"<|startoftext|>", 199998},     {"<|endoftext|>", 199999},       {"<|reserved_200000|>", 200000},
-      {"<|reserved_200001|>", 200001}, {"<|return|>", 200002},          {"<|constrain|>", 200003},
-      {"<|reserved_200004|>", 200004}, {"<|channel|>", 200005},         {"<|start|>", 200006},
-      {"<|end|>", 200007},             {"<|message|>", 200008},         {"<|reserved_200009|>", 200009},
-      {"<|reserved_200010|>", 200010}, {"<|reserved_200011|>", 200011}, {"<|call|>", 200012}};
-  for (int32_t i = 200013; i < 201088; ++i) s.push_back({fmt::format("<|reserved_{}|>", i), i});
-  return s;
-}
-
-}  // namespace
-
-std::string tiktoken_encoders_dir() {
-  const char* env = std::getenv("KILN_TIKTOKEN_DIR");
-  return env != nullptr && *env != '\0' ? std::string(env) : std::string(KILN_TIKTOKEN_DIR_DEFAULT);
-}
-
-Result<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::load(const std::string& name_or_path, Options options) {
-  const std::string key = fmt::format("tokenizer_path={}", name_or_path.empty() ? "\"\"" : name_or_path);
-  const std::string accepted = "o200k_harmony, o200k_base, cl100k_base, gpt2, r50k_base, p50k_base, p50k_edit or an encoder .json file";
-  if (name_or_path.empty()) return invalid_argument("tokenizer_type=tiktoken needs tokenizer_path: {}", accepted);
-  std::string encoding, file;
-  bool harmony = false;
-  const bool is_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".json");
-  if (is_path) {
-    file = name_or_path;
-    encoding = fs::path(name_or_path).stem().string();
-  } else {
-    if (std::find(std::begin(kKnownNames), std::end(kKnownNames), name_or_path) == std::end(kKnownNames)) {
-      return invalid_argument("{}: unknown tiktoken encoding; accepted: {}", key, accepted);
-    }
-    encoding = name_or_path;
-    harmony = encoding == "o200k_harmony";
-    file = (fs::path(tiktoken_encoders_dir()) / ((harmony ? "o200k_base" : encoding) + ".json")).string();
-  }
-  std::error_code ec;
-  if (!fs::exists(file, ec)) {
-    if (is_path) return not_found("{}: encoder file not found", key);
-    return not_found("{}: encoder file {} not found; run scripts/setup.sh (installs the npm package tiktoken@1.0.22) "
-                     "or set KILN_TIKTOKEN_DIR",
-                     key, file);
-  }
+Result<std::string> read_file(const std::string& key, const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   if (!in) return io_error("{}: cannot read {}", key, file);
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  return text.str();
+}
+
+// The JSON encoder form (pat_str, special_tokens and bpe_ranks: whitespace-separated base64
+// tokens with consecutive ranks, "! N" setting the next rank), for encodings of one's own.
+Status parse_json_encoder(const std::string& key, const std::string& file, const std::string& text,
+                          std::string& pattern, Tokens& tokens, Tokens& specials) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("pat_str") || !j["pat_str"].is_string() ||
       !j.contains("bpe_ranks") || !j["bpe_ranks"].is_string()) {
     return invalid_argument("{}: {} is not a tiktoken encoder file (needs string fields pat_str and bpe_ranks)", key, file);
   }
-
-  std::unique_ptr<TiktokenTokenizer> t(new TiktokenTokenizer());
-  t->encoding_ = encoding;
-  t->pattern_ = j["pat_str"].get<std::string>();
-  Result<std::unique_ptr<Pretokenizer>> pre = Pretokenizer::compile(t->pattern_);
-  if (!pre.ok()) return pre.status().with_context(fmt::format("{}: {}", key, file));
-  t->pretokenizer_ = std::move(pre).value();
-
-  // bpe_ranks: whitespace-separated base64 tokens with consecutive ranks; "! N" sets the
-  // rank of the next token to N (the package's compact form of a .tiktoken file).
+  pattern = j["pat_str"].get<std::string>();
   const std::string& ranks = j["bpe_ranks"].get_ref<const std::string&>();
-  std::vector<std::pair<std::string, int32_t>> tokens;
   int64_t rank = 0;
   std::string bytes;
   size_t pos = 0;
@@ -135,33 +64,115 @@ Result<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::load(const std::st
     if (!decode_base64(word, bytes) || bytes.empty()) {
       return invalid_argument("{}: {}: bpe_ranks token \"{}\" is not base64", key, file, word);
     }
-    if (!t->ranks_.insert(bytes, static_cast<uint32_t>(rank))) {
-      return invalid_argument("{}: {}: bpe_ranks lists a token twice (rank {})", key, file, rank);
-    }
+    if (rank > INT32_MAX - 1) return invalid_argument("{}: {}: bpe_ranks rank {} is too large", key, file, rank);
     tokens.push_back({bytes, static_cast<int32_t>(rank)});
     ++rank;
   }
-  for (int b = 0; b < 256; ++b) {
-    if (t->ranks_.find(std::string(1, static_cast<char>(b))) == bpe::RankTable::kNone) {
-      return invalid_argument("{}: {}: not a byte-level BPE (no token for byte {})", key, file, b);
-    }
-  }
-
-  std::vector<std::pair<std::string, int32_t>> specials;
   if (j.contains("special_tokens") && j["special_tokens"].is_object()) {
     for (const auto& [s, id] : j["special_tokens"].items()) {
       if (!id.is_number_integer()) return invalid_argument("{}: {}: special token {} has no integer id", key, file, s);
       specials.push_back({s, id.get<int32_t>()});
     }
   }
-  if (harmony) {
-    auto h = harmony_specials();
-    specials.insert(specials.end(), h.begin(), h.end());
+  return ok_status();
+}
+
+std::string default_directory() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && *xdg != '\0') return (fs::path(xdg) / "kiln" / "tiktoken").string();
+  const char* home = std::getenv("HOME");
+  return (fs::path(home != nullptr && *home != '\0' ? home : ".") / ".cache" / "kiln" / "tiktoken").string();
+}
+
+}  // namespace
+
+std::string tiktoken_encodings_dir(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  const char* env = std::getenv("KILN_TOKENIZER_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : default_directory();
+}
+
+Result<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::load(const std::string& name_or_path, Options options) {
+  const std::string key = fmt::format("tokenizer_path={}", name_or_path.empty() ? "\"\"" : name_or_path);
+  const std::string accepted =
+      fmt::format("an encoding name ({}), a .tiktoken file of one of them, or an encoder .json", tiktoken_encoding_names());
+  if (name_or_path.empty()) return invalid_argument("tokenizer_type=tiktoken needs tokenizer_path: {}", accepted);
+  std::string encoding, pattern;
+  Tokens tokens, specials;
+  std::error_code ec;
+  if (name_or_path.ends_with(".json")) {
+    if (!fs::exists(name_or_path, ec)) return not_found("{}: encoder file not found; accepted: {}", key, accepted);
+    KILN_ASSIGN_OR_RETURN(std::string text, read_file(key, name_or_path));
+    KILN_RETURN_IF_ERROR(parse_json_encoder(key, name_or_path, text, pattern, tokens, specials));
+    encoding = fs::path(name_or_path).stem().string();
+  } else {
+    const bool is_path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".tiktoken");
+    const TiktokenEncoding* known = nullptr;
+    std::string file;
+    if (is_path) {
+      file = name_or_path;
+      if (!fs::is_regular_file(file, ec)) return not_found("{}: file not found; accepted: {}", key, accepted);
+      known = find_tiktoken_encoding(fs::path(file).stem().string());
+    } else {
+      known = find_tiktoken_encoding(name_or_path);
+      if (known == nullptr) return invalid_argument("{}: unknown tiktoken encoding; accepted: {}", key, accepted);
+      const std::string dir = tiktoken_encodings_dir(options.directory);
+      const std::string how = "put OpenAI's published .tiktoken files there (docs/data.md), or set tokenizer_dir or "
+                              "KILN_TOKENIZER_DIR to the folder that holds them";
+      if (!fs::is_directory(dir, ec)) return not_found("{}: tokenizer directory {} does not exist; {}", key, dir, how);
+      file = (fs::path(dir) / known->file).string();
+      if (!fs::is_regular_file(file, ec)) {
+        return not_found("{}: {} not found (the published ranks of {}); {}", key, file, known->name, how);
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(std::string text, read_file(key, file));
+    // Lines first: a truncated or edited line is named by its number; then the digest.
+    KILN_ASSIGN_OR_RETURN(tokens, parse_tiktoken_ranks(text, file));
+    const std::string digest = sha256_hex(text);
+    if (known == nullptr) known = find_tiktoken_encoding_by_sha256(digest);
+    if (known == nullptr) {
+      return invalid_argument("{}: sha256 {} is not that of a published tiktoken file; accepted: {}", file, digest,
+                              accepted);
+    }
+    if (digest != known->sha256) {
+      return invalid_argument("{}: sha256 {} differs from the published {} of {} (an altered or truncated copy)", file,
+                              digest, known->sha256, known->file);
+    }
+    encoding = std::string(known->name);
+    pattern = std::string(known->pattern);
+    specials = known->special_tokens;
+  }
+  return build(key, encoding, pattern, std::move(tokens), specials, options);
+}
+
+Result<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::build(const std::string& key, const std::string& encoding,
+                                                                  const std::string& pattern,
+                                                                  std::vector<std::pair<std::string, int32_t>> tokens,
+                                                                  const std::vector<std::pair<std::string, int32_t>>& specials,
+                                                                  const Options& options) {
+  std::unique_ptr<TiktokenTokenizer> t(new TiktokenTokenizer());
+  t->encoding_ = encoding;
+  t->pattern_ = pattern;
+  Result<std::unique_ptr<Pretokenizer>> pre = Pretokenizer::compile(t->pattern_);
+  if (!pre.ok()) return pre.status().with_context(key);
+  t->pretokenizer_ = std::move(pre).value();
+  for (const auto& [bytes, rank] : tokens) {
+    if (!t->ranks_.insert(bytes, static_cast<uint32_t>(rank))) {
+      return invalid_argument("{}: lists a token twice (rank {})", key, rank);
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (t->ranks_.find(std::string(1, static_cast<char>(b))) == bpe::RankTable::kNone) {
+      return invalid_argument("{}: not a byte-level BPE (no token for byte {})", key, b);
+    }
   }
 
   int64_t vocab = 0;
   for (const auto& [b, id] : tokens) vocab = std::max<int64_t>(vocab, int64_t{id} + 1);
-  for (const auto& [s, id] : specials) vocab = std::max<int64_t>(vocab, int64_t{id} + 1);
+  for (const auto& [s, id] : specials) {
+    if (id < 0) return invalid_argument("{}: special token {} has a negative id", key, s);
+    vocab = std::max<int64_t>(vocab, int64_t{id} + 1);
+  }
   t->vocab_size_ = vocab;
   t->decoder_.assign(static_cast<size_t>(vocab), std::string());
   t->known_.assign(static_cast<size_t>(vocab), 0);
@@ -170,7 +181,6 @@ Result<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::load(const std::st
     t->known_[static_cast<size_t>(id)] = 1;
   }
   for (const auto& [s, id] : specials) {
-    if (id < 0) return invalid_argument("{}: {}: special token {} has a negative id", key, file, s);
     // A name listed twice keeps its last id (a JSON object, as in Python's dict update).
     t->special_[s] = id;
     // Two names for one id (o200k_harmony's 200018 is <|endofprompt|> and

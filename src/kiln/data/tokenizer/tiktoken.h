@@ -1,14 +1,18 @@
-// tokenizer_type=tiktoken: OpenAI's byte-level BPE encodings, read from the encoder files
-// of the npm package `tiktoken` (1.0.22), which scripts/setup.sh installs (docs/data.md).
+// tokenizer_type=tiktoken: OpenAI's byte-level BPE encodings, read from the .tiktoken rank
+// files OpenAI publishes (tiktoken_file.h); pattern and special tokens from Kiln's table of
+// known encodings (tiktoken_encodings.h). Nothing is downloaded (docs/data.md).
 //
-// tokenizer_path is an encoding name or an encoder .json file:
+// tokenizer_path is one of
 //   o200k_harmony  GPT-OSS's: o200k_base's ranks and pattern plus the harmony special tokens
 //                  (<|startoftext|> 199998 ... <|call|> 200012, <|reserved_*|> to 201087);
 //                  vocab 201,088, BOS <|startoftext|>, EOS <|endoftext|> 199999
-//   o200k_base, cl100k_base, gpt2 (also r50k_base, p50k_base, p50k_edit): as in tiktoken
-//   PATH.json      a file with pat_str, special_tokens and bpe_ranks in the package's form
-// Names are looked up in $KILN_TIKTOKEN_DIR, else in the checkout's
-// third_party_cache/npm/node_modules/tiktoken/encoders.
+//   o200k_base, cl100k_base, p50k_base, p50k_edit, r50k_base, gpt2: as in tiktoken
+//     (a name: the file is looked up in the tokenizer directory: tokenizer_dir, else
+//     $KILN_TOKENIZER_DIR, else ${XDG_CACHE_HOME:-~/.cache}/kiln/tiktoken)
+//   PATH.tiktoken  a published rank file, named by its encoding or known by its sha256 (so a
+//                  file in tiktoken's own download cache works too)
+//   PATH.json      an encoding of one's own: pat_str, special_tokens and bpe_ranks
+// A known file's sha256 must be the published one.
 //
 // Special tokens: encode() treats their text as ordinary text (ids of "<", "|", ...), so a
 // document that quotes "<|endoftext|>" cannot inject a control token into training data.
@@ -21,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kiln/base/status.h"
@@ -38,6 +43,8 @@ class TiktokenTokenizer final : public Tokenizer {
   struct Options {
     // Special tokens recognised in text: none (default), the listed ones, or "all".
     std::vector<std::string> allowed_special;
+    // The tokenizer directory for encoding names (tokenizer_dir; "" = the default lookup).
+    std::string directory;
   };
   static Result<std::unique_ptr<TiktokenTokenizer>> load(const std::string& name_or_path, Options options = {});
 
@@ -58,6 +65,11 @@ class TiktokenTokenizer final : public Tokenizer {
 
  private:
   TiktokenTokenizer() = default;
+  static Result<std::unique_ptr<TiktokenTokenizer>> build(const std::string& key, const std::string& encoding,
+                                                         const std::string& pattern,
+                                                         std::vector<std::pair<std::string, int32_t>> tokens,
+                                                         const std::vector<std::pair<std::string, int32_t>>& specials,
+                                                         const Options& options);
   void encode_ordinary_into(std::string_view text, std::vector<int32_t>& out) const;
   // The first allowed special token at or after `from`: {position, length, id}; npos if none.
   struct SpecialMatch {
