@@ -16,7 +16,8 @@ run before them fills the kernel cache), divided by --steps - 2. It is not the 2
 clock the targets are stated in.
 
 Usage: /usr/bin/python3 bench/step_bf16_vs_f32.py [--kiln build/kiln] [--model gpt-oss-small]
-         [--steps 6] [--rounds 2] [--f32-peak 0.231] [--bf16-peak 0.461] [--cpu-time]
+         [--steps 6] [--rounds 2] [--f32-peak T] [--bf16-peak T] [--cpu-time]
+(peaks default to this CPU's, measured by build/bench/cpu_peak_bench as kiln train does)
          [key=value ...]   (e.g. remat_policy=none, for every run)
 """
 import argparse
@@ -26,6 +27,11 @@ import resource
 import statistics
 import subprocess
 import tempfile
+
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_peaks  # noqa: E402
 
 VARIANTS = [("float32", ["dtype=float32"]),
             ("bfloat16", ["dtype=bfloat16", "bf16_weight_copy=true"]),
@@ -65,11 +71,17 @@ def main():
     ap.add_argument("--model", default="gpt-oss-small")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--f32-peak", type=float, default=0.231)
-    ap.add_argument("--bf16-peak", type=float, default=0.461)
+    ap.add_argument("--f32-peak", type=float, help="TFLOP/s (default: measured)")
+    ap.add_argument("--bf16-peak", type=float, help="TFLOP/s (default: measured)")
     ap.add_argument("--cpu-time", action="store_true", help="CPU seconds per step at 1 thread (loaded machine)")
     ap.add_argument("extra", nargs="*", help="more key=value settings for every run")
     a = ap.parse_args()
+    if a.f32_peak is None or a.bf16_peak is None:
+        peaks = cpu_peaks.measure(os.path.join(os.path.dirname(os.path.abspath(a.kiln)), "bench"))
+        a.f32_peak = a.f32_peak or peaks["f32"]
+        a.bf16_peak = a.bf16_peak or peaks["bf16"]
+        print("peaks measured on %d threads: %.3f TFLOP/s f32, %.3f bf16 (build/bench/cpu_peak_bench)" %
+              (peaks["threads"], a.f32_peak, a.bf16_peak))
     times = {name: [] for name, _ in VARIANTS}
     flops = tokens = 0
     for _ in range(a.rounds):

@@ -6,7 +6,7 @@ compiled CPU backend, synthetic reused batch) and with a PyTorch implementation 
 architecture (the project's reference model from tests/reference/gpt_oss_ref.py, with a
 per-expert MoE loop instead of its per-token loop, and torch.optim.AdamW), both on 2
 threads, f32. Prints step time, tokens/s, TFLOP/s (MaxText's formula, as Kiln logs it) and
-MFU against hardware_peak_tflops for both, and the ratio.
+MFU against this CPU's f32 peak measured in the same run (bench/cpu_peaks.py), and the ratio.
 
 Usage: /usr/bin/python3 bench/step_vs_torch.py [--model gpt-oss-small] [--steps 6] [--kiln build/kiln]
        [--kiln_args "remat_policy=none"]   (Kiln keeps activations like PyTorch; "" = base.yml)
@@ -25,6 +25,9 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import gpt_oss_ref as ref  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_peaks  # noqa: E402
 
 
 def resolved_config(kiln, model):
@@ -145,7 +148,8 @@ def main():
     c = resolved_config(args.kiln, args.model)
     cfg = hf_config(c)
     batch_size, seq_len = int(float(c["per_device_batch_size"])), int(c["max_target_length"])
-    peak = float(c["hardware_peak_tflops"])
+    # MFU against this CPU's measured f32 peak (as kiln train's default), never a fixed number.
+    peak = cpu_peaks.measure(os.path.join(os.path.dirname(os.path.abspath(args.kiln)), "bench"))["f32"]
 
     records = kiln_step_records(args.kiln, args.model, args.steps, args.kiln_args.split())
     steady = records[2:] if len(records) > 3 else records[1:]

@@ -118,6 +118,29 @@ def check_tensorboard(run_dir, workdir, stdout):
     assert any(m.get("expert_load") for m in metrics), "no step logged the expert load"
     print(f"tensorboard: {len(events)} records, CRCs good, {checked} scalars equal metrics.jsonl, "
           f"{len(evals)} eval losses equal the printed ones")
+    return events
+
+def check_tensorboard_reader(run_dir, events, python):
+    """TensorBoard's own reader (EventAccumulator, in the project venv) finds every scalar tag
+    at every step Kiln logged, with the logged value."""
+    reader = os.path.join(HERE, "..", "reference", "tensorboard_reader.py")
+    if not os.path.exists(python):
+        sys.exit(f"{python} is missing: run scripts/setup_venv.sh (tensorboard from PyPI)")
+    out = subprocess.run([python, reader, os.path.join(run_dir, "tensorboard")], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"tensorboard_reader.py failed:\n{out.stderr}")
+    tags = json.loads(out.stdout)["tags"]
+    logged = {}
+    for e in events[1:]:
+        for v in e.summary.value:
+            logged.setdefault(v.tag, []).append((e.step, v.simple_value))
+    assert sorted(tags) == sorted(logged), (sorted(set(tags) ^ set(logged)))
+    points = 0
+    for tag, series in logged.items():
+        theirs = [(step, float(value)) for step, value in tags[tag]]
+        assert theirs == series, (tag, theirs[:5], series[:5])
+        points += len(series)
+    print(f"tensorboard's EventAccumulator: {len(tags)} scalar tags, {points} points, all at Kiln's steps and values")
 
 def check_trace(run_dir, first, count):
     trace = json.load(open(os.path.join(run_dir, "profile", "trace.json")))
@@ -178,6 +201,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--keep", help="run in this directory and keep it")
+    ap.add_argument("--venv-python", required=True, help="the project venv's python (TensorBoard's reader)")
     args = ap.parse_args()
     workdir = args.keep or tempfile.mkdtemp(prefix="kiln_obs_")
     first, count = 2, 3
@@ -194,7 +218,8 @@ def main():
     if run.returncode != 0:
         sys.exit(f"kiln train failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
     run_dir = os.path.join(workdir, "obs")
-    check_tensorboard(run_dir, workdir, run.stdout)
+    events = check_tensorboard(run_dir, workdir, run.stdout)
+    check_tensorboard_reader(run_dir, events, args.venv_python)
     check_trace(run_dir, first, count)
     check_attribution(run_dir, run.stdout)
     if not args.keep:

@@ -18,6 +18,15 @@ std::string bytes(std::initializer_list<int> b) {
   return s;
 }
 
+// A restart marker is Event{wall_time, step, session_log = 7 {status = START}}: the field
+// TensorBoard's readers purge by (6 is the deprecated log_message, which they ignore).
+TEST(TensorBoard, SessionStartIsField7WithStatusStart) {
+  const std::string e = encode_session_start(0.0, 5);
+  const std::string tail = {0x10, 0x05, 0x3a, 0x02, 0x08, 0x01};  // step 5 | field 7, 2 bytes: status 1
+  ASSERT_GE(e.size(), tail.size());
+  EXPECT_EQ(e.substr(e.size() - tail.size()), tail);
+}
+
 TEST(TensorBoard, Crc32cMatchesTheCastagnoliCheckValue) {
   // The standard check value of CRC-32C over "123456789" (RFC 3720, B.4).
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
@@ -66,9 +75,19 @@ StepTotals two_steps() {
   return t;
 }
 
+// f32 peak `f32`, bf16 twice that; MFU against f32 unless `bf16_compute`.
+Peaks peaks(double f32, bool bf16_compute = false) {
+  Peaks p;
+  p.f32_tflops = f32;
+  p.bf16_tflops = 2 * f32;
+  p.bf16_compute = bf16_compute;
+  p.source = "test";
+  return p;
+}
+
 TEST(Attribution, RowsSumToTheStepTimeAndHostOverheadIsTheRest) {
   const StepTotals t = two_steps();
-  const Attribution a = attribute(t, /*model_tflops=*/0.1, /*peak_tflops=*/0.25);
+  const Attribution a = attribute(t, /*model_tflops=*/0.1, peaks(0.25));
   EXPECT_DOUBLE_EQ(a.step_s, 1.0);
   EXPECT_NEAR(a.mfu, 0.1 / 1.0 / 0.25, 1e-12);
   EXPECT_NEAR(a.percent_sum, 100.0, 1e-9);
@@ -91,7 +110,7 @@ TEST(Attribution, RowsSumToTheStepTimeAndHostOverheadIsTheRest) {
   EXPECT_NEAR(row("host overhead").mfu_without, 0.1 / 0.8 / 0.25, 1e-12);
   // Elementwise bandwidth: 2e9 bytes per step in 0.2 s = 10 GB/s.
   EXPECT_NE(row("fused elementwise").rate.find("10.0 GB/s"), std::string::npos) << row("fused elementwise").rate;
-  const std::string table = attribution_table(a, t, 0.25);
+  const std::string table = attribution_table(a, t, peaks(0.25));
   EXPECT_NE(table.find("MaxText"), std::string::npos) << table;
   EXPECT_NE(table.find("total"), std::string::npos);
 }
@@ -100,20 +119,38 @@ TEST(Attribution, RowsSumToTheStepTimeAndHostOverheadIsTheRest) {
 // the peak is set below the machine's, and the table says so under the rows.
 TEST(Attribution, AKernelRowAbovePeakIsFlaggedAsAPeakSetTooLow) {
   const StepTotals t = two_steps();  // 0.1 TFLOP of GEMMs per step in 0.5 s = 200 GFLOP/s
-  const Attribution within = attribute(t, 0.1, /*peak_tflops=*/0.25);
+  const Attribution within = attribute(t, 0.1, peaks(0.25));
   EXPECT_TRUE(within.notes.empty());
-  EXPECT_EQ(attribution_table(within, t, 0.25).find("note:"), std::string::npos);
-  const Attribution above = attribute(t, 0.1, /*peak_tflops=*/0.16);
+  EXPECT_EQ(attribution_table(within, t, peaks(0.25)).find("note:"), std::string::npos);
+  const Attribution above = attribute(t, 0.1, peaks(0.16));
   ASSERT_EQ(above.notes.size(), 1u);
   EXPECT_NE(above.notes[0].find("gemm ran at 125% of the peak"), std::string::npos) << above.notes[0];
-  EXPECT_NE(attribution_table(above, t, 0.16).find("\n" + above.notes[0]), std::string::npos);
+  EXPECT_NE(attribution_table(above, t, peaks(0.16)).find("\n" + above.notes[0]), std::string::npos);
+}
+
+// A bf16 step's MFU is against the bf16 peak, and an f32 GEMM against the f32 one.
+TEST(Attribution, Bf16StepsUseTheBf16PeakAndEachGemmItsOwnDtype) {
+  const StepTotals t = two_steps();  // one f32 GEMM shape: 0.1 TFLOP per step in 0.5 s
+  const Attribution a = attribute(t, 0.1, peaks(0.25, /*bf16_compute=*/true));
+  EXPECT_NEAR(a.mfu, 0.1 / 1.0 / 0.5, 1e-12);
+  auto gemm = [](const Attribution& x) {
+    for (const AttributionRow& r : x.rows) {
+      if (r.name == "gemm") return r;
+    }
+    return AttributionRow{};
+  };
+  EXPECT_NE(gemm(a).rate.find("= 80% of peak"), std::string::npos) << gemm(a).rate;  // 200 of 250 GFLOP/s
+  StepTotals bf16 = t;
+  bf16.gemm_shapes.begin()->second.dtype = "bf16";
+  EXPECT_NE(gemm(attribute(bf16, 0.1, peaks(0.25, true))).rate.find("= 40% of peak"), std::string::npos);
+  EXPECT_NE(attribution_table(a, t, peaks(0.25, true)).find("against the bf16 peak"), std::string::npos);
 }
 
 TEST(Attribution, CollectivesGetOneRowPerKind) {
   StepTotals t = two_steps();
   t.collectives["all_gather"] = {0.1, 0, 0, 4};
   t.collectives["reduce_scatter"] = {0.05, 0, 0, 4};
-  const Attribution a = attribute(t, 0.1, 0.25);
+  const Attribution a = attribute(t, 0.1, peaks(0.25));
   int rows = 0;
   for (const AttributionRow& r : a.rows) rows += r.name.find("collective ") == 0;
   EXPECT_EQ(rows, 2);

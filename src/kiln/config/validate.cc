@@ -86,7 +86,7 @@ Status check_float_ranges(const Config& c) {
       {"dropout_rate", 0, 1, false, true},
       {"load_balance_loss_weight", 0, INFINITY, false, true},
       {"z_loss_multiplier", 0, INFINITY, false, true},
-      {"hardware_peak_tflops", 0, INFINITY, true, true},
+      {"hardware_peak_tflops", 0, INFINITY, false, true},  // 0: measured
       {"rope_max_timescale", 0, INFINITY, true, true},
       {"rope_factor", 0, INFINITY, true, true},
   };

@@ -8,11 +8,11 @@
 
 namespace kiln::train {
 
-Attribution attribute(const StepTotals& t, double model_tflops, double peak_tflops) {
+Attribution attribute(const StepTotals& t, double model_tflops, const Peaks& peaks) {
   Attribution a;
   const double steps = std::max<int64_t>(1, t.steps);
   a.step_s = t.wall_s / steps;
-  const double peak = peak_tflops * 1e12;  // FLOP/s
+  const double peak = peaks.compute_tflops() * 1e12;  // FLOP/s of the compute dtype
   a.mfu = a.step_s > 0 ? model_tflops * 1e12 / a.step_s / peak : 0;
   auto kind = [&](KernelKind k) { return t.kinds[static_cast<int>(k)]; };
   auto add = [&](std::string name, double total_s, double ideal_total_s, std::string rate) {
@@ -30,9 +30,9 @@ Attribution attribute(const StepTotals& t, double model_tflops, double peak_tflo
   auto check_peak = [&](const char* name, double percent_of_peak) {
     if (percent_of_peak <= 100.0) return;
     a.notes.push_back(fmt::format(
-        "note: {} ran at {:.0f}% of the peak, so hardware_peak_tflops={:g} is below this CPU's; "
-        "build/bench/cpu_peak_bench measures it (MFU and every rate here scale with it)",
-        name, percent_of_peak, peak_tflops));
+        "note: {} ran at {:.0f}% of the peak, so the peak ({}) is below this CPU's; "
+        "hardware_peak_tflops=0 measures it (MFU and every rate here scale with it)",
+        name, percent_of_peak, peaks.source));
   };
   auto flop_row = [&](const char* name, KernelKind k) {
     KindTotal x = kind(k);
@@ -51,7 +51,7 @@ Attribution attribute(const StepTotals& t, double model_tflops, double peak_tflo
     double ideal = 0;
     for (const auto& [key, s] : t.gemm_shapes) {
       const double f = 2.0 * s.batch * s.m * s.n * s.k * s.count;
-      ideal += f / (s.dtype == "bf16" ? kBf16PeakFactor * peak : peak);
+      ideal += f / (peaks.tflops(s.dtype == "bf16") * 1e12);
     }
     a.gemm_gflops = g.seconds > 0 ? g.flops / g.seconds / 1e9 : 0;
     std::string rate = g.seconds > 0 ? fmt::format("{:.1f} GFLOP/s = {:.0f}% of peak", a.gemm_gflops,
@@ -90,12 +90,12 @@ Attribution attribute(const StepTotals& t, double model_tflops, double peak_tflo
   return a;
 }
 
-std::string attribution_table(const Attribution& a, const StepTotals& t, double peak_tflops) {
+std::string attribution_table(const Attribution& a, const StepTotals& t, const Peaks& peaks) {
   std::string out = fmt::format(
-      "where the step time went ({} observed steps, {:.3f} s per step, MFU {:.2f}%; FLOPs: {}; peak {:.3f} "
-      "TFLOP/s (hardware_peak_tflops, bf16 GEMMs x{:g}), memory {:.0f} GB/s):",
-      t.steps, a.step_s, 100.0 * a.mfu, flop_formula_name(FlopFormula::kMaxText2602), peak_tflops,
-      kBf16PeakFactor, kMemoryBandwidthGBs);
+      "where the step time went ({} observed steps, {:.3f} s per step, MFU {:.2f}% against the {} peak; FLOPs: {}; "
+      "peaks {:.3f} TFLOP/s f32, {:.3f} bf16 ({}), memory {:.0f} GB/s):",
+      t.steps, a.step_s, 100.0 * a.mfu, peaks.bf16_compute ? "bf16" : "f32", flop_formula_name(FlopFormula::kMaxText2602),
+      peaks.f32_tflops, peaks.bf16_tflops, peaks.source, kMemoryBandwidthGBs);
   out += fmt::format("\n  {:<34} {:>9} {:>7}  {:<36} {:>12}", "", "s/step", "share", "achieved rate", "MFU without");
   for (const AttributionRow& r : a.rows) {
     out += fmt::format("\n  {:<34} {:>9.4f} {:>6.1f}%  {:<36} {:>11.2f}%", r.name, r.seconds, r.percent, r.rate,

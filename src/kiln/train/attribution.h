@@ -3,11 +3,11 @@
 // each loss.
 //
 // FLOP convention: MFU is MaxText's (train/flops.h, the 2026-02 formula Kiln logs): model
-// TFLOPs per device per step / step time / hardware_peak_tflops. Kernel rates use the op
-// registry's cost (ops::cost_of: 2 per multiply-add), counted from the instructions run.
-// Peaks: hardware_peak_tflops (config; default 0.231 = the f32 FMA peak of 2 Zen 4 cores,
-// spec cpu-machine.md), kBf16PeakFactor x that for bf16 GEMMs, and kMemoryBandwidthGBs for
-// the elementwise kernels' bandwidth rate.
+// TFLOPs per device per step / step time / the peak of the step's compute dtype. Kernel rates
+// use the op registry's cost (ops::cost_of: 2 per multiply-add), counted from the
+// instructions run. Peaks (train/peaks.h): measured on this CPU unless hardware_peak_tflops
+// sets them; each GEMM against its own dtype's peak, grouped matmuls and attention against the
+// compute dtype's, and kMemoryBandwidthGBs for the elementwise kernels' bandwidth rate.
 //
 // Rows: gemm, grouped matmul, attention, fused elementwise, other kernels (native data
 // movement and reductions, reference-evaluation fallbacks), exposed collectives by kind
@@ -23,12 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "kiln/train/peaks.h"
 #include "kiln/train/trace.h"
 
 namespace kiln::train {
 
 inline constexpr double kMemoryBandwidthGBs = 34.0;  // STREAM-like, 2 cores (spec cpu-machine.md: 33-35)
-inline constexpr double kBf16PeakFactor = 2.0;        // bf16 dot-product peak / f32 FMA peak (same spec)
 
 struct AttributionRow {
   std::string name;
@@ -49,10 +49,10 @@ struct Attribution {
   std::vector<std::string> notes;
 };
 
-// model_tflops: MaxText's per-device-per-step TFLOPs; peak_tflops: hardware_peak_tflops.
-Attribution attribute(const StepTotals& totals, double model_tflops, double peak_tflops);
+// model_tflops: MaxText's per-device-per-step TFLOPs.
+Attribution attribute(const StepTotals& totals, double model_tflops, const Peaks& peaks);
 // The table as printed at the end of a run (several lines, no trailing newline).
-std::string attribution_table(const Attribution& a, const StepTotals& totals, double peak_tflops);
+std::string attribution_table(const Attribution& a, const StepTotals& totals, const Peaks& peaks);
 // The GEMM shapes seen, one JSON object per line: {"dtype","batch","m","n","k","trans_a",
 // "trans_b","count_per_step","seconds_per_step"} (means over the observed steps), read by
 // bench/gemm_shapes_bench to time the same GEMMs with oneDNN alone.

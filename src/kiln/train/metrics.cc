@@ -1,12 +1,18 @@
 #include "kiln/train/metrics.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace kiln::train {
 
@@ -86,6 +92,82 @@ Status JsonlWriter::open(const std::string& path, int64_t flush_period) {
   flush_period_ = flush_period < 1 ? 1 : flush_period;
   pending_ = 0;
   return ok_status();
+}
+
+Result<JsonlWriter::History> JsonlWriter::open_continuing(const std::string& path, int64_t flush_period,
+                                                           int64_t first_step) {
+  namespace fs = std::filesystem;
+  close();
+  History h;
+  std::error_code ec;
+  const fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  if (ec) return io_error("cannot create directory {}: {}", p.parent_path().string(), ec.message());
+  std::string text;
+  if (fs::exists(p, ec)) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream all;
+    all << in.rdbuf();
+    if (!in && !in.eof()) return io_error("cannot read {} to continue it", path);
+    text = all.str();
+  }
+  // Walk the lines: a kept record is a whole line holding a JSON object whose integer "step"
+  // is below first_step and above the last kept one.
+  std::string kept, discarded;
+  size_t cut = 0;             // the file up to here is exactly the kept records
+  bool kept_is_prefix = true;  // no dropped line before a kept one
+  int64_t last_step = -1;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t nl = text.find('\n', pos);
+    const bool whole = nl != std::string::npos;
+    const std::string_view line = std::string_view(text).substr(pos, (whole ? nl : text.size()) - pos);
+    pos = whole ? nl + 1 : text.size();
+    nlohmann::json j = whole ? nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+    const bool record = whole && j.is_object() && j.contains("step") && j["step"].is_number_integer();
+    if (record && j["step"].get<int64_t>() < first_step && j["step"].get<int64_t>() > last_step) {
+      last_step = j["step"].get<int64_t>();
+      kept.append(line).push_back('\n');
+      ++h.kept;
+      if (kept_is_prefix) cut = pos;
+      continue;
+    }
+    if (record) ++h.dropped;
+    else if (!line.empty()) ++h.torn;
+    if (!line.empty()) discarded.append(line).push_back('\n');
+    kept_is_prefix = false;
+  }
+  if (!discarded.empty()) {
+    // Appended first: a crash between the two writes keeps a line twice, never loses one.
+    h.discarded_path = path + ".discarded";
+    std::FILE* d = std::fopen(h.discarded_path.c_str(), "a");
+    if (d == nullptr || std::fwrite(discarded.data(), 1, discarded.size(), d) != discarded.size() ||
+        std::fclose(d) != 0) {
+      return io_error("cannot write the dropped records of {} to {}: {}", path, h.discarded_path,
+                      std::strerror(errno));
+    }
+  }
+  if (cut != text.size()) {
+    if (kept_is_prefix) {
+      fs::resize_file(p, cut, ec);
+      if (ec) return io_error("cannot cut {} after its last kept record: {}", path, ec.message());
+    } else {
+      const std::string tmp = path + ".tmp";
+      std::FILE* f = std::fopen(tmp.c_str(), "w");
+      if (f == nullptr || std::fwrite(kept.data(), 1, kept.size(), f) != kept.size() || std::fflush(f) != 0 ||
+          fsync(fileno(f)) != 0 || std::fclose(f) != 0) {
+        return io_error("cannot write {}: {}", tmp, std::strerror(errno));
+      }
+      fs::rename(tmp, p, ec);
+      if (ec) return io_error("cannot replace {}: {}", path, ec.message());
+    }
+  }
+  file_ = std::fopen(path.c_str(), "a");
+  if (file_ == nullptr) return io_error("cannot open {} for appending: {}", path, std::strerror(errno));
+  path_ = path;
+  flush_period_ = flush_period < 1 ? 1 : flush_period;
+  pending_ = 0;
+  return h;
 }
 
 Status JsonlWriter::write(const StepRecord& r) {

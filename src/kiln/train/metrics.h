@@ -57,6 +57,20 @@ class JsonlWriter {
 
   // Creates the parent directories; truncates an existing file.
   Status open(const std::string& path, int64_t flush_period);
+
+  // What open_continuing found in an existing file.
+  struct History {
+    int64_t kept = 0;     // records of steps before first_step, kept in order
+    int64_t dropped = 0;  // records of steps >= first_step (an attempt past the checkpoint), or repeated
+    int64_t torn = 0;     // lines that are not a whole record (a write cut by kill -9, a corrupt line)
+    std::string discarded_path;  // where dropped and torn lines went ("" when none)
+  };
+  // Continues a run's file: keeps every record of a step before `first_step` (the step the run
+  // resumes at; 0 for a fresh start), drops the others and any torn line, then appends. A
+  // file that ends in the kept records is cut there (the rest only ever appended to); else it
+  // is rewritten through a temporary file and a rename, so a reader never sees a partial
+  // file. Dropped lines are appended to PATH.discarded, never lost.
+  Result<History> open_continuing(const std::string& path, int64_t flush_period, int64_t first_step);
   Status write(const StepRecord& r);
   Status flush();
   void close();

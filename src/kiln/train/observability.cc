@@ -15,6 +15,13 @@ Result<std::unique_ptr<RunObserver>> RunObserver::create(const config::Config& c
     const std::string dir = (std::filesystem::path(o->options_.output_dir) / "tensorboard").string();
     Status st = o->tensorboard_.open(dir);
     if (!st.ok()) return st.with_context("enable_tensorboard=true");
+    // A restart of this run: events of an interrupted attempt past first_step are dropped by
+    // TensorBoard's readers, so steps before it keep the values logged then.
+    if (o->tensorboard_.continues_earlier_files()) {
+      st = o->tensorboard_.add_session_start(o->options_.first_step);
+      if (st.ok()) st = o->tensorboard_.flush();
+      if (!st.ok()) return st.with_context("enable_tensorboard=true");
+    }
   }
   o->trace_ = config.get_string("profiler") == "trace";
   o->report_ = config.get_bool("report");
@@ -135,9 +142,10 @@ Status RunObserver::finish() {
   if (recorder_ == nullptr || recorder_->totals().steps == 0) return ok_status();
   KILN_RETURN_IF_ERROR(write_profile());
   const StepTotals& totals = recorder_->totals();
-  Attribution a = attribute(totals, options_.model_tflops, options_.peak_tflops);
-  const std::string table = attribution_table(a, totals, options_.peak_tflops);
+  Attribution a = attribute(totals, options_.model_tflops, options_.peaks);
+  const std::string table = attribution_table(a, totals, options_.peaks);
   std::ofstream(std::filesystem::path(options_.output_dir) / "profile" / "attribution.txt") << table << "\n";
+  attribution_ = a;
   if (options_.print) options_.print(table);
   return ok_status();
 }

@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kiln/config/config.h"
@@ -34,8 +35,9 @@ class RunObserver {
   struct Options {
     std::string output_dir;
     double model_tflops = 0;  // MaxText TFLOPs per device per step
-    double peak_tflops = 0;
+    Peaks peaks;
     std::function<void(const std::string&)> print;  // console lines
+    int64_t first_step = 0;  // the step this attempt starts at (a restored checkpoint's)
   };
   static Result<std::unique_ptr<RunObserver>> create(const config::Config& config, Options options);
 
@@ -50,6 +52,8 @@ class RunObserver {
   Status eval(int64_t step, double eval_loss);
   // Flushes TensorBoard, writes the trace if its steps did not finish yet, prints the table.
   Status finish();
+  // The attribution finish() computed (none when no step was observed).
+  const std::optional<Attribution>& attribution() const { return attribution_; }
 
   const std::string& trace_path() const { return trace_path_; }
   const std::string& tensorboard_path() const { return tensorboard_.path(); }
@@ -64,6 +68,7 @@ class RunObserver {
 
   Options options_;
   TensorBoardWriter tensorboard_;
+  std::optional<Attribution> attribution_;
   int64_t log_period_ = 1, pending_ = 0;
   std::unique_ptr<TraceRecorder> recorder_;
   bool trace_ = false, report_ = false, profile_written_ = false;

@@ -87,6 +87,15 @@ std::string encode_event(double wall_time, int64_t step, const std::vector<Scala
   return event;
 }
 
+std::string encode_session_start(double wall_time, int64_t step) {
+  std::string event = encode_event(wall_time, step, {});
+  std::string session_log;
+  put_tag(session_log, 1, 0);
+  put_varint(session_log, 1);  // SessionLog.START
+  put_bytes(event, 7, session_log);  // Event.session_log (6 is the deprecated log_message)
+  return event;
+}
+
 std::string frame_record(std::string_view data) {
   std::string out;
   const uint64_t length = data.size();
@@ -110,6 +119,10 @@ Status TensorBoardWriter::open(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return io_error("cannot create TensorBoard directory {}: {}", dir, ec.message());
+  earlier_files_ = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) earlier_files_ = true;
+  }
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   // The pid keeps two writers started in the same second apart.
@@ -133,6 +146,10 @@ Status TensorBoardWriter::write_record(const std::string& data) {
 
 Status TensorBoardWriter::add(int64_t step, const std::vector<Scalar>& scalars) {
   return write_record(encode_event(now_unix_s(), step, scalars));
+}
+
+Status TensorBoardWriter::add_session_start(int64_t step) {
+  return write_record(encode_session_start(now_unix_s(), step));
 }
 
 Status TensorBoardWriter::flush() {

@@ -14,6 +14,7 @@
 #include "kiln/train/data_source.h"
 #include "kiln/train/weight_copies.h"
 #include "kiln/interp/interpreter.h"
+#include "kiln/runtime/run_on_devices.h"
 
 namespace kiln::train {
 
@@ -116,8 +117,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->steps_ = config.derived().steps;
   t->abort_on_nan_ = config.get_bool("abort_on_nan_loss");
   t->abort_on_inf_ = config.get_bool("abort_on_inf_loss");
-  t->peak_tflops_ = config.get_float("hardware_peak_tflops");
   const config::Derived& d = config.derived();
+  // MFU's denominator: this CPU's peaks on one device's threads, measured (or cached) before
+  // anything else loads the cores, unless hardware_peak_tflops sets them.
+  t->peaks_ = resolve_peaks(config, runtime::threads_per_device(d.local_devices));
+  t->print(fmt::format("peak: {} (MFU against {})", t->peaks_.log_line, t->peaks_.bf16_compute ? "bf16" : "f32"));
 
   // The data (dataset_type): opened and checked before tracing or compiling anything.
   {
@@ -171,6 +175,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
     if (compiled.ok()) {
       t->runner_ = std::move(*compiled);
       compile_s = report.compile_seconds;
+      t->compile_report_ = report;
       t->print(fmt::format("compiled the step for the CPU in {:.3f} s: {} -> {} instructions, {} fused loop kernels "
                            "({} unique, {} built now, the rest from the kernel cache), {} GEMMs, {} library "
                            "kernels, {} ops on the reference-evaluation fallback",
@@ -237,16 +242,53 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   KILN_RETURN_IF_ERROR(refresh_weight_copies(*t->runner_, t->program_));
   t->log_period_ = std::max<int64_t>(1, config.get_int("log_period"));
   if (options.write_metrics_file) {
-    std::string path = (std::filesystem::path(t->output_dir_) / "metrics.jsonl").string();
-    KILN_RETURN_IF_ERROR(t->metrics_.open(path, config.get_int("log_period")));
-    t->print(fmt::format("writing per-step metrics to {}", path));
+    // Every earlier record of the run stays: steps before the one resumed at are kept, those
+    // of an attempt past it (and a line torn by a kill) move to PATH.discarded.
+    auto open = [&](JsonlWriter& writer, const std::string& path) -> Status {
+      KILN_ASSIGN_OR_RETURN(JsonlWriter::History h, writer.open_continuing(path, config.get_int("log_period"), t->step_));
+      if (h.kept + h.dropped + h.torn == 0) {
+        t->print(fmt::format("writing per-step metrics to {}", path));
+      } else {
+        t->print(fmt::format("continuing per-step metrics in {}: kept the {} records before step {}{}", path, h.kept,
+                             t->step_,
+                             h.discarded_path.empty()
+                                 ? std::string()
+                                 : fmt::format("; moved {} records of steps >= {} and {} torn lines to {}", h.dropped,
+                                               t->step_, h.torn, h.discarded_path)));
+      }
+      return ok_status();
+    };
+    KILN_RETURN_IF_ERROR(open(t->metrics_, (std::filesystem::path(t->output_dir_) / "metrics.jsonl").string()));
     if (!config.get_string("metrics_file").empty()) {
-      KILN_RETURN_IF_ERROR(t->extra_metrics_.open(config.get_string("metrics_file"), config.get_int("log_period")));
+      KILN_RETURN_IF_ERROR(open(t->extra_metrics_, config.get_string("metrics_file")));
+    }
+    KILN_ASSIGN_OR_RETURN(int64_t attempts,
+                          t->events_.open((std::filesystem::path(t->output_dir_) / "events.jsonl").string()));
+    KILN_RETURN_IF_ERROR(t->events_.write(
+        "start", t->step_,
+        {{"attempt", attempts + 1},
+         {"config_diff", config_diff(config)},
+         {"config_sources", config_sources(config)},
+         {"peaks",
+          {{"f32_tflops", t->peaks_.f32_tflops},
+           {"bf16_tflops", t->peaks_.bf16_tflops},
+           {"compute", t->peaks_.bf16_compute ? "bf16" : "f32"},
+           {"source", t->peaks_.source}}},
+         {"num_devices", d.num_devices},
+         {"mesh", t->mesh_json_}}));
+    KILN_RETURN_IF_ERROR(t->events_.write("compile", t->step_,
+                                          {{"census", compile_census(t->compile_report_)},
+                                           {"trace_s", trace_s},
+                                           {"compile_s", compile_s},
+                                           {"init_s", init_s}}));
+    if (!t->restored_from_.empty()) {
+      KILN_RETURN_IF_ERROR(t->events_.write("checkpoint_restore", t->step_, {{"path", t->restored_from_}}));
     }
   }
   KILN_ASSIGN_OR_RETURN(t->observer_, RunObserver::create(config, {t->output_dir_, t->flops_.total_tflops(),
-                                                                 t->peak_tflops_,
-                                                                 [p = t.get()](const std::string& l) { p->print(l); }}));
+                                                                 t->peaks_,
+                                                                 [p = t.get()](const std::string& l) { p->print(l); },
+                                                                 t->step_}));
   t->runner_->set_observer(t->observer_->instruction_observer());
   t->last_step_end_ = Clock::now();
   return t;
@@ -297,7 +339,7 @@ Result<StepRecord> Trainer::run_step() {
     r.tokens_per_s_per_device = tokens_per_device_ / r.step_time_s;
     r.tflops_per_s_per_device = flops_.total_tflops() / r.step_time_s;
   }
-  r.mfu = peak_tflops_ > 0 ? r.tflops_per_s_per_device / peak_tflops_ : 0.0;
+  r.mfu = peaks_.compute_tflops() > 0 ? r.tflops_per_s_per_device / peaks_.compute_tflops() : 0.0;
   if (step_ % log_period_ == 0) r.expert_load = runner_->expert_load();
 
   print(console_line(r));
@@ -305,6 +347,9 @@ Result<StepRecord> Trainer::run_step() {
   if (extra_metrics_.is_open()) KILN_RETURN_IF_ERROR(extra_metrics_.write(r));
   KILN_RETURN_IF_ERROR(observer_->step_end(r, to_ns(step_begin), to_ns(last_step_end_)));
   history_.push_back(r);
+  if (r.data_wait_s > kDataStallSeconds) {
+    KILN_RETURN_IF_ERROR(events_.write("data_stall", r.step, {{"wait_s", r.data_wait_s}}));
+  }
   ++step_;
   Status loss_ok = check_loss(r);
   if (!loss_ok.ok()) {
@@ -315,6 +360,7 @@ Result<StepRecord> Trainer::run_step() {
   if (eval_tokens_ && step_ % eval_interval_ == 0) {
     KILN_ASSIGN_OR_RETURN(double eval_loss, evaluate());
     KILN_RETURN_IF_ERROR(observer_->eval(step_, eval_loss));
+    KILN_RETURN_IF_ERROR(events_.write("eval", step_, {{"eval_loss", eval_loss}}));
   }
   return r;
 }
@@ -363,6 +409,18 @@ Status Trainer::run() {
   KILN_RETURN_IF_ERROR(metrics_.flush());
   KILN_RETURN_IF_ERROR(extra_metrics_.flush());
   KILN_RETURN_IF_ERROR(observer_->finish());
+  if (const std::optional<Attribution>& a = observer_->attribution()) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const AttributionRow& row : a->rows) {
+      rows.push_back({{"name", row.name},
+                      {"seconds", row.seconds},
+                      {"percent", row.percent},
+                      {"rate", row.rate},
+                      {"mfu_without", row.mfu_without}});
+    }
+    KILN_RETURN_IF_ERROR(events_.write("attribution", step_, {{"step_s", a->step_s}, {"mfu", a->mfu}, {"rows", rows}}));
+  }
+  KILN_RETURN_IF_ERROR(events_.write("finish", step_));
   if (!history_.empty()) {
     const StepRecord& last = history_.back();
     print(fmt::format("finished {} steps: loss {:.3f} -> {:.3f}", history_.size(), history_.front().loss, last.loss));

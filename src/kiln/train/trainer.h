@@ -30,6 +30,8 @@
 #include "kiln/train/eval_program.h"
 #include "kiln/train/flops.h"
 #include "kiln/train/metrics.h"
+#include "kiln/train/peaks.h"
+#include "kiln/train/run_events.h"
 #include "kiln/train/observability.h"
 #include "kiln/train/step_program.h"
 #include "kiln/train/step_runner.h"
@@ -139,11 +141,14 @@ class Trainer {
   int64_t steps_ = 0;
   TrainingFlops flops_;
   double tokens_per_device_ = 0;  // per step
-  double peak_tflops_ = 1;
+  Peaks peaks_;
   int64_t log_period_ = 1;  // steps between expert-load reports (and metric file flushes)
   bool abort_on_nan_ = true, abort_on_inf_ = true;
   std::string run_name_, output_dir_;
   JsonlWriter metrics_, extra_metrics_;  // metrics.jsonl and metrics_file
+  RunEvents events_;                     // events.jsonl (run_events.h)
+  backend::CompileReport compile_report_;
+  std::string restored_from_;            // the checkpoint directory restored, if any
   std::vector<StepRecord> history_;
   std::chrono::steady_clock::time_point last_step_end_;
   // Checkpointing.

@@ -116,6 +116,7 @@ Status Trainer::restore(const std::string& dir, bool full_state, const std::vect
   }
   progress.finish();
   for (const Set& s : sets) KILN_RETURN_IF_ERROR(runner_->set_arg_bytes(s.arg, s.bytes, s.local));
+  restored_from_ = step_dir;
   if (full_state) {
     step_ = state.step();
     restored_step_ = state.step();
@@ -155,6 +156,10 @@ Status Trainer::save_checkpoint() {
               RunObserver::now_ns());
     }
   } stall{observer_.get(), start};
+  // The records of every step the checkpoint holds reach the disk first, so a restart from it
+  // finds no gap in metrics.jsonl.
+  KILN_RETURN_IF_ERROR(metrics_.flush());
+  KILN_RETURN_IF_ERROR(extra_metrics_.flush());
   const StepRunner::Layout layout = runner_->layout();
   checkpoint::SaveOptions save_options;
   save_options.max_to_keep = max_checkpoints_;
@@ -191,6 +196,10 @@ Status Trainer::save_checkpoint() {
     checkpoint_blocked_s_ = seconds_since(start);
     print(fmt::format("saving checkpoint {} in the background to {} (the step was blocked {:.3f} s)", step_,
                       checkpoint::step_dir(checkpoints_dir(), step_), checkpoint_blocked_s_));
+    KILN_RETURN_IF_ERROR(events_.write("checkpoint_save", step_,
+                                       {{"path", checkpoint::step_dir(checkpoints_dir(), step_)},
+                                        {"blocked_s", checkpoint_blocked_s_},
+                                        {"background", true}}));
     return earlier;
   }
   Status st = checkpoint::save(checkpoints_dir(), snapshot(), save_options);
@@ -198,6 +207,10 @@ Status Trainer::save_checkpoint() {
   if (st.ok()) {
     print(fmt::format("saved checkpoint {} to {} in {:.3f} s", step_, checkpoint::step_dir(checkpoints_dir(), step_),
                       checkpoint_blocked_s_));
+    KILN_RETURN_IF_ERROR(events_.write("checkpoint_save", step_,
+                                       {{"path", checkpoint::step_dir(checkpoints_dir(), step_)},
+                                        {"blocked_s", checkpoint_blocked_s_},
+                                        {"background", false}}));
   }
   return st;
 }

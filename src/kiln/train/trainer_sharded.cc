@@ -25,6 +25,7 @@ Status Trainer::make_sharded_runner(const config::Config& config, double* compil
                                                             options, &report));
   if (options.compiled) {
     *compile_s = report.compile_seconds;
+    compile_report_ = report;
     print(fmt::format("partitioned the step over {} devices and compiled the per-device program in {:.3f} s: {} -> {} "
                       "instructions, {} fused loop kernels, {} GEMMs, {} ops on the reference-evaluation fallback",
                       config.derived().num_devices, report.compile_seconds, report.instructions_before,
