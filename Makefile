@@ -5,6 +5,7 @@
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
 #   make bench   benchmarks (bench/): kernels and the whole step vs PyTorch
 #   make e2e     long end-to-end checks: bf16 vs f32 loss curves (gpt-oss-tiny 200 steps, gpt-oss-small 100)
+#   make parity  Kiln against Hugging Face transformers' GPT-OSS (logits, loss, every gradient)
 BUILD_DIR ?= build
 # Paths under the checkout hash relative to it, so another clone (CI) reuses the compile cache.
 export CCACHE_BASEDIR := $(CURDIR)
@@ -14,7 +15,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 RUN_ARGS ?=
 
-.PHONY: setup configure build run test asan bench e2e clean
+.PHONY: setup configure build run test asan bench e2e parity clean
 
 # Debian's packages, then the pinned Python environment .venv (python/requirements.txt: the
 # tiktoken, openai-harmony and TensorBoard references some tests compare with).
@@ -64,6 +65,14 @@ e2e: build
 	/usr/bin/python3 bench/bf16_loss_curve.py --kiln $(BUILD_DIR)/kiln --steps 200
 	/usr/bin/python3 bench/bf16_loss_curve.py --kiln $(BUILD_DIR)/kiln --model gpt-oss-small --batch 2 --seq 512 \
 	  --steps 100 --lr 1e-3
+
+# The community's reference, both ways: Hugging Face transformers' GptOssForCausalLM against
+# kiln forward / the step's gradients (Kiln -> HF and HF -> Kiln, MXFP4 experts included),
+# with torch and transformers from PyPI (python/requirements-parity.txt, ~3 GB with PyPI
+# torch's CUDA wheels, so not in make test). About 1-2 minutes once installed (docs/parity.md).
+parity: build
+	@bash scripts/setup_venv.sh python/requirements-parity.txt
+	KILN=$(BUILD_DIR)/kiln bash scripts/parity.sh
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan

@@ -79,6 +79,11 @@ Status hf_to_kiln(const fs::path& in, const fs::path& out) {
   for (auto& [name, t] : kiln) state.tensors.push_back(checkpoint::StateTensor::global("params/" + name, t));
   state.data_iterator = {{"type", "none"}};
   state.rng = {{"imported_from", "huggingface"}, {"hf_config", config}};
+  // The model's Kiln config, so kiln forward / kiln sample run the checkpoint as they run a
+  // trained one (dtype: the imported weights', bf16 for a released GPT-OSS).
+  Result<std::string> yaml = checkpoint::gpt_oss_kiln_config(kiln, config);
+  if (!yaml.ok()) return yaml.status().with_context((in / "config.json").string());
+  state.config_yaml = *yaml;
   KILN_RETURN_IF_ERROR(checkpoint::save(out.string(), state));
   fmt::print("wrote {} Kiln parameters to {} (start a run from them with load_parameters_path={})\n", kiln.size(),
              checkpoint::step_dir(out.string(), 0), out.string());

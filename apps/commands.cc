@@ -12,6 +12,7 @@ std::function<int()> add_tokenize_command(CLI::App& cmd);
 std::function<int()> add_convert_command(CLI::App& cmd);
 std::function<int()> add_forward_command(CLI::App& cmd);
 std::function<int()> add_sample_command(CLI::App& cmd);
+std::function<int()> add_report_command(CLI::App& cmd);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
@@ -26,6 +27,8 @@ const std::vector<Command>& commands() {
       {"convert", "GPT-OSS weights between Hugging Face and Kiln checkpoints: --from hf|kiln --to kiln|hf IN OUT", add_convert_command},
       {"forward", "Run a checkpoint's model on token ids: kiln forward CKPT tokens=FILE out=LOGITS.npy (+ per-token loss)", add_forward_command},
       {"sample", "Continue a prompt with a checkpoint: kiln sample CKPT prompt=\"...\" max_new_tokens=N temperature=T seed=S", add_sample_command},
+      {"report", "A run's page: kiln report RUN_DIR -> RUN_DIR/report.html (charts and tables, offline); RUN_A RUN_B -o OUT.html overlays runs; --follow keeps it live",
+       add_report_command},
   };
   return kCommands;
 }

@@ -3,11 +3,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include "kiln/autodiff/autodiff.h"
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/frontend/graph.h"
 #include "kiln/frontend/nn.h"
@@ -40,6 +42,22 @@ Result<config::Config> checkpoint_config(const std::string& yaml, const std::str
   return c;
 }
 
+// The program's arguments, as run() and gradients() pass them: the parameters in
+// model.params() order, then inputs, targets, positions, segmentation (s32 [B, T] each).
+struct TracedInputs {
+  std::vector<frontend::Tensor> params;
+  models::Batch batch;
+};
+
+TracedInputs trace_inputs(frontend::Graph& g, const models::Model& model, int64_t batch, int64_t seq_len) {
+  TracedInputs in;
+  for (const models::ParamSpec& s : model.params()) in.params.push_back(g.parameter(s.name, s.shape, s.axes));
+  auto shape = frontend::s32({batch, seq_len});
+  in.batch = {g.parameter("batch.inputs", shape), g.parameter("batch.targets", shape),
+              g.parameter("batch.positions", shape), g.parameter("batch.segmentation", shape)};
+  return in;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ForwardProgram>> ForwardProgram::load(const std::string& checkpoint_dir,
@@ -68,11 +86,7 @@ Result<std::unique_ptr<ForwardProgram>> ForwardProgram::load(const std::string& 
 
   // The forward program.
   frontend::Graph g("forward");
-  std::vector<frontend::Tensor> params;
-  for (const models::ParamSpec& s : p->model_->params()) params.push_back(g.parameter(s.name, s.shape, s.axes));
-  auto shape = frontend::s32({batch, seq_len});
-  models::Batch b{g.parameter("batch.inputs", shape), g.parameter("batch.targets", shape),
-                  g.parameter("batch.positions", shape), g.parameter("batch.segmentation", shape)};
+  const auto [params, b] = trace_inputs(g, *p->model_, batch, seq_len);
   frontend::Tensor logits = p->model_->logits(g, params, b).astype(ir::DType::kF32);  // [B, T, V]
   frontend::Tensor lse = frontend::nn::logsumexp(logits, -1);                           // [B, T]
   frontend::Tensor target_logit = logits.take(b.targets.expand_dims(-1), -1, 2).squeeze(-1);
@@ -83,11 +97,34 @@ Result<std::unique_ptr<ForwardProgram>> ForwardProgram::load(const std::string& 
   return p;
 }
 
-Result<ForwardOutputs> ForwardProgram::run(const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
-                                           const std::vector<int32_t>& positions,
-                                           const std::vector<int32_t>& segmentation) {
+Status ForwardProgram::compile_gradients() {
+  frontend::Graph g("gradients");
+  const auto [params, b] = trace_inputs(g, *model_, batch_, seq_len_);
+  // As train/step_program.cc: the model's training loss, then reverse mode over the same
+  // computation.
+  models::LossOutputs losses = model_->loss(g, params, b);
+  std::vector<ir::Instr*> wrt;
+  for (const frontend::Tensor& t : params) wrt.push_back(t.instr());
+  KILN_ASSIGN_OR_RETURN(std::vector<ir::Instr*> grads, autodiff::gradients(g.computation(), losses.loss.instr(), wrt));
+  // The optional terms are absent (invalid) for a model without them: 0.
+  auto scalar = [&](const frontend::Tensor& t) { return t.valid() ? t.astype(ir::DType::kF32) : g.scalar(0.0); };
+  std::vector<frontend::Tensor> outputs = {scalar(losses.loss), scalar(losses.xent_sum),
+                                           scalar(losses.total_weights), scalar(losses.moe_lb_loss),
+                                           scalar(losses.z_loss)};
+  for (ir::Instr* gi : grads) outputs.emplace_back(&g, gi);
+  g.set_outputs(outputs);
+  grad_module_ = g.release();
+  backend::CompileOptions options;
+  KILN_ASSIGN_OR_RETURN(grad_exe_, backend::compile_cpu(*grad_module_, options));
+  return ok_status();
+}
+
+Result<std::vector<backend::Buffer>> ForwardProgram::arguments(const std::vector<int32_t>& inputs,
+                                                               const std::vector<int32_t>& targets,
+                                                               const std::vector<int32_t>& positions,
+                                                               const std::vector<int32_t>& segmentation) const {
   if (exe_ == nullptr) return failed_precondition("forward: the program was loaded without a batch shape");
-  std::vector<backend::Buffer> args = params_;  // shares storage: the program does not write its arguments
+  std::vector<backend::Buffer> args = params_;  // shares storage: the programs do not write their arguments
   const ir::Shape shape(ir::DType::kS32, {batch_, seq_len_});
   for (const std::vector<int32_t>* v : {&inputs, &targets, &positions, &segmentation}) {
     if (static_cast<int64_t>(v->size()) != batch_ * seq_len_) {
@@ -104,8 +141,29 @@ Result<ForwardOutputs> ForwardProgram::run(const std::vector<int32_t>& inputs, c
       }
     }
   }
+  return args;
+}
+
+Result<ForwardOutputs> ForwardProgram::run(const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
+                                           const std::vector<int32_t>& positions,
+                                           const std::vector<int32_t>& segmentation) {
+  KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> args, arguments(inputs, targets, positions, segmentation));
   KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> out, exe_->run(args));
   return ForwardOutputs{out.at(0).to_literal(), out.at(1).to_literal()};
+}
+
+Result<GradientOutputs> ForwardProgram::gradients(const std::vector<int32_t>& inputs,
+                                                  const std::vector<int32_t>& targets,
+                                                  const std::vector<int32_t>& positions,
+                                                  const std::vector<int32_t>& segmentation) {
+  KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> args, arguments(inputs, targets, positions, segmentation));
+  if (grad_exe_ == nullptr) KILN_RETURN_IF_ERROR(compile_gradients());
+  KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> out, grad_exe_->run(args));
+  GradientOutputs g;
+  double* scalars[] = {&g.loss, &g.xent_sum, &g.total_weights, &g.moe_lb_loss, &g.z_loss};
+  for (size_t i = 0; i < std::size(scalars); ++i) *scalars[i] = out.at(i).to_literal().at(0);
+  for (size_t i = std::size(scalars); i < out.size(); ++i) g.grads.push_back(out[i].to_literal());
+  return g;
 }
 
 }  // namespace kiln::app

@@ -17,6 +17,8 @@ PACKAGES=(
   libpcre2-dev  # tokenizer_type=tiktoken: the split patterns (Unicode properties)
   fortunes  # the default real-text corpus of make run (docs/data.md): /usr/share/games/fortunes
   python3-protobuf protobuf-compiler  # the independent TensorBoard event-file reader (tests/reference)
+  libjs-chart.js  # report.html inlines Chart.js from /usr/share/javascript/chart.js (docs/report.md)
+  chromium chromium-driver  # the report page's real-browser test (tests/report, Selenium from the venv)
 )
 
 # One query for all packages; a package that is not installed (or unknown to dpkg) is

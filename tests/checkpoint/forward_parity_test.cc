@@ -5,6 +5,8 @@
 // greedy decoding runs.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -74,7 +76,8 @@ const std::string kModel =
 
 TEST(ForwardParity, TrainedExportedModelMatchesPyTorchReference) {
   if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 with torch and numpy (Debian python3-torch) is not installed";
-  const fs::path dir = fs::path(::testing::TempDir()) / "kiln_forward_parity_test";
+  // Per process: another checkout's test suite may run this test at the same time.
+  const fs::path dir = fs::path(::testing::TempDir()) / ("kiln_forward_parity_test_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string d = dir.string();

@@ -136,6 +136,72 @@ TEST(HfGptOss, MissingOrMisshapenTensorsAreNamed) {
   EXPECT_NE(r.status().message().find("o_proj.weight"), std::string::npos) << r.status().message();
 }
 
+// config.json -> Kiln keys: shapes from the tensors, the rest from the file (v5
+// rope_parameters or v4 rope_theta + rope_scaling); what Kiln cannot express is refused.
+TEST(HfGptOss, KilnConfigOfAnHfConfig) {
+  const TensorMap kiln = random_kiln_params(5);
+  nlohmann::json hf = {{"num_experts_per_tok", 2}, {"sliding_window", 8}, {"swiglu_limit", 2.5},
+                       {"rms_norm_eps", 2e-5}, {"max_position_embeddings", 256},
+                       {"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 8.0},
+                                            {"beta_fast", 16.0}, {"beta_slow", 2.0}, {"truncate", true},
+                                            {"original_max_position_embeddings", 32}}}};
+  auto yaml = gpt_oss_kiln_config(kiln, hf);
+  ASSERT_TRUE(yaml.ok()) << yaml.status().to_string();
+  for (const char* line : {"vocab_size: 64\n", "base_emb_dim: 32\n", "base_num_kv_heads: 2\n", "head_dim: 8\n",
+                           "num_experts: 4\n", "base_moe_mlp_dim: 16\n", "base_num_decoder_layers: 2\n",
+                           "num_experts_per_tok: 2\n", "sliding_window_size: 8\n", "mlp_activations_limit: 2.5\n",
+                           "normalization_layer_epsilon: 2e-05\n", "rope_max_timescale: 10000\n", "rope_factor: 8\n",
+                           "beta_fast: 16\n", "rope_truncate: true\n", "original_max_position_embeddings: 32\n",
+                           "rope_attention_scaling: true\n", "attention_sink: true\n"}) {
+    EXPECT_NE(yaml->find(line), std::string::npos) << line << " not in\n" << *yaml;
+  }
+  // v4 form, only full layers, default rope.
+  hf.erase("rope_parameters");
+  hf["rope_theta"] = 500.0;
+  hf["rope_scaling"] = {{"rope_type", "default"}};
+  hf["layer_types"] = {"full_attention", "full_attention"};
+  yaml = gpt_oss_kiln_config(kiln, hf);
+  ASSERT_TRUE(yaml.ok()) << yaml.status().to_string();
+  for (const char* line : {"rope_type: \"default\"\n", "rope_max_timescale: 500\n", "sliding_window_size: 0\n"}) {
+    EXPECT_NE(yaml->find(line), std::string::npos) << line << " not in\n" << *yaml;
+  }
+  auto refused = [&](nlohmann::json bad, const char* key) {
+    auto r = gpt_oss_kiln_config(kiln, bad);
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().message();
+  };
+  refused({{"layer_types", {"full_attention", "sliding_attention"}}}, "layer_types");
+  refused({{"rope_scaling", {{"rope_type", "llama3"}}}}, "rope_type");
+  refused({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 1.0},
+                             {"original_max_position_embeddings", 32}}}},
+          "attention_factor");
+  refused({{"swiglu_alpha", 1.5}}, "swiglu_alpha");
+  refused({{"tie_word_embeddings", true}}, "tie_word_embeddings");
+}
+
+// Kiln config -> config.json: the rope and window settings as configured, and what
+// GptOssForCausalLM cannot express refused, naming the key.
+TEST(HfGptOss, HfConfigFollowsTheKilnConfigAndRefusesWhatTransformersCannotExpress) {
+  const TensorMap kiln = random_kiln_params(6);
+  auto hf = gpt_oss_hf_config(kiln, "rope_truncate: true\nrope_max_timescale: 500\nsliding_window_size: 8\n");
+  ASSERT_TRUE(hf.ok()) << hf.status().to_string();
+  EXPECT_EQ((*hf)["rope_scaling"]["truncate"], true);
+  EXPECT_EQ((*hf)["rope_theta"], 500.0);
+  EXPECT_EQ((*hf)["layer_types"], nlohmann::json({"sliding_attention", "full_attention"}));
+  hf = gpt_oss_hf_config(kiln, "rope_type: default\nrope_interleave: true\nsliding_window_size: 0\n");
+  ASSERT_TRUE(hf.ok()) << hf.status().to_string();
+  EXPECT_EQ((*hf)["rope_scaling"]["rope_type"], "default");
+  EXPECT_EQ((*hf)["layer_types"], nlohmann::json({"full_attention", "full_attention"}));
+  for (const char* bad : {"attention_sink: false", "mlp_bias: false", "mlp_activations: [silu, linear]",
+                          "mlp_activations_limit: -1", "rope_interleave: true", "rope_attention_scaling: false",
+                          "norm_topk_prob: true", "capacity_factor: 1.25"}) {
+    auto r = gpt_oss_hf_config(kiln, bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    const std::string key(bad, std::string(bad).find(':'));
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(KilnConvert, HfToKilnToHfFilesRoundTrip) {
   fs::path dir = fs::path(::testing::TempDir()) / "kiln_hf_convert_test";
   fs::remove_all(dir);

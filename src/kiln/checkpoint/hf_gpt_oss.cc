@@ -226,15 +226,63 @@ Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& k, const std::string& 
   } catch (const std::exception& e) {
     return invalid_argument("the checkpoint's config is not YAML: {}", e.what());
   }
-  auto num = [&](const char* key, double fallback) {
+  // A key of the resolved config, or (absent, as in a checkpoint imported before imports
+  // carried a config) GPT-OSS's value.
+  auto get = [&]<typename T>(const char* key, T fallback) {
     try {
-      return y[key] ? y[key].as<double>() : fallback;
+      return y[key] ? y[key].as<T>() : fallback;
     } catch (const std::exception&) {
       return fallback;
     }
   };
+  auto num = [&](const char* key, double fallback) { return get(key, fallback); };
+  auto flag = [&](const char* key, bool fallback) { return get(key, fallback); };
+
+  // What transformers' GptOssForCausalLM cannot express would load as a different model
+  // (or with randomly initialised tensors): refuse it, naming the key.
+  auto refuse = [](const char* key, const std::string& why) {
+    return invalid_argument("{}: {} (transformers' GptOssForCausalLM cannot express it)", key, why);
+  };
+  if (!flag("attention_sink", true)) return refuse("attention_sink", "false, but every GPT-OSS layer has sinks");
+  if (!flag("mlp_bias", true)) return refuse("mlp_bias", "false, but GPT-OSS experts have biases");
+  if (!flag("routed_bias", true)) return refuse("routed_bias", "false, but the GPT-OSS router has a bias");
+  if (get("mlp_activations", std::vector<std::string>{"sigmoid", "linear"}) !=
+      std::vector<std::string>{"sigmoid", "linear"}) {
+    return refuse("mlp_activations", "not [sigmoid, linear], GPT-OSS's clamped SwiGLU");
+  }
+  const double limit = num("mlp_activations_limit", 7.0);
+  if (!(limit > 0)) return refuse("mlp_activations_limit", fmt::format("{} (no clamp)", limit));
+  if (flag("norm_topk_prob", false)) return refuse("norm_topk_prob", "true");
+  if (num("routed_scaling_factor", 1.0) != 1.0) return refuse("routed_scaling_factor", "not 1");
+  if (num("capacity_factor", -1.0) > 0) return refuse("capacity_factor", "> 0: dropping tokens (GPT-OSS is dropless)");
+  if (flag("use_random_routing", false)) return refuse("use_random_routing", "true");
+
+  nlohmann::json rope;
+  const std::string rope_type = get("rope_type", std::string("yarn"));
+  if (rope_type == "yarn") {
+    // transformers rotates halves and always scales YaRN's cos and sin by 0.1 ln(factor) + 1
+    // (Kiln's default rope rotates halves whatever rope_interleave says).
+    if (flag("rope_interleave", false)) return refuse("rope_interleave", "true: GPT-OSS rotates halves");
+    if (!flag("rope_attention_scaling", true)) return refuse("rope_attention_scaling", "false with rope_type yarn");
+    if (num("mscale", 1.0) != 1.0) return refuse("mscale", "not 1");
+    rope = {{"rope_type", "yarn"},
+            {"factor", num("rope_factor", 32)},
+            {"beta_fast", num("beta_fast", 32)},
+            {"beta_slow", num("beta_slow", 1)},
+            {"original_max_position_embeddings", static_cast<int64_t>(num("original_max_position_embeddings", 4096))},
+            {"truncate", flag("rope_truncate", false)}};
+  } else if (rope_type == "default") {
+    rope = {{"rope_type", "default"}};
+  } else {
+    return refuse("rope_type", "'" + rope_type + "'");
+  }
+  // Even layers slide when sliding_window_size > 0 (GptOssConfig::is_sliding).
+  const int64_t window = static_cast<int64_t>(num("sliding_window_size", 128));
+  const int64_t max_positions = static_cast<int64_t>(num("max_position_embeddings", 131072));
   nlohmann::json layer_types = nlohmann::json::array();
-  for (int64_t l = 0; l < layers; ++l) layer_types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  for (int64_t l = 0; l < layers; ++l) {
+    layer_types.push_back(window > 0 && l % 2 == 0 ? "sliding_attention" : "full_attention");
+  }
   return nlohmann::json{
       {"architectures", {"GptOssForCausalLM"}},
       {"model_type", "gpt_oss"},
@@ -249,21 +297,161 @@ Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& k, const std::string& 
       {"num_experts_per_tok", static_cast<int64_t>(num("num_experts_per_tok", 4))},
       {"rms_norm_eps", num("normalization_layer_epsilon", 1e-5)},
       {"rope_theta", num("rope_max_timescale", 150000)},
-      {"rope_scaling",
-       {{"rope_type", "yarn"},
-        {"factor", num("rope_factor", 32)},
-        {"beta_fast", num("beta_fast", 32)},
-        {"beta_slow", num("beta_slow", 1)},
-        {"original_max_position_embeddings", static_cast<int64_t>(num("original_max_position_embeddings", 4096))},
-        {"truncate", false}}},
-      {"max_position_embeddings", static_cast<int64_t>(num("max_position_embeddings", 131072))},
-      {"sliding_window", static_cast<int64_t>(num("sliding_window_size", 128))},
+      {"rope_scaling", rope},
+      {"max_position_embeddings", max_positions},
+      // No sliding layer: transformers still builds the sliding mask, so it needs a window.
+      {"sliding_window", window > 0 ? window : max_positions},
       {"layer_types", layer_types},
-      {"swiglu_limit", num("mlp_activations_limit", 7.0)},
+      {"swiglu_limit", limit},
       {"attention_bias", k.count("layers.0.self_attention.query.bias") > 0},
       {"tie_word_embeddings", false},
       {"torch_dtype", std::string(ir::dtype_name(emb.empty() ? ir::DType::kF32 : hf.at("model.embed_tokens.weight").shape().dtype())) == "bf16" ? "bfloat16" : "float32"},
   };
+}
+
+Result<std::string> gpt_oss_kiln_config(const TensorMap& k, const nlohmann::json& hf) {
+  if (!hf.is_object()) return invalid_argument("config.json is not a JSON object");
+  // Shapes and dtype from the tensors (as gpt_oss_hf_config takes them), so they cannot
+  // disagree; the rest from config.json.
+  Reader r(k, "Kiln");
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* emb, r.get("token_embedder.embedding", 2));
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* q_kernel, r.get("layers.0.self_attention.query.kernel", 3));
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* k_kernel, r.get("layers.0.self_attention.key.kernel", 3));
+  KILN_ASSIGN_OR_RETURN(const ir::Literal* wi, r.get("layers.0.mlp.wi_0", 3));
+  const int64_t vocab = emb->shape().dims()[0], hidden = emb->shape().dims()[1];
+  const int64_t heads = q_kernel->shape().dims()[1], head_dim = q_kernel->shape().dims()[2];
+  const int64_t kv_heads = k_kernel->shape().dims()[1];
+  const int64_t experts = wi->shape().dims()[0], width = wi->shape().dims()[2];
+  const int64_t layers = count_layers(k, "layers.", ".self_attention.query.kernel");
+  const bool attention_bias = r.has("layers.0.self_attention.query.bias");
+  const ir::DType weight_dtype = emb->shape().dtype();
+  // A number (int or float) under `key` of `j`, or `fallback` when absent or null.
+  auto number = [](const nlohmann::json& j, const char* key, double fallback) -> Result<double> {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number()) return invalid_argument("config.json: {} is {}, expected a number", key, j[key].dump());
+    return j[key].get<double>();
+  };
+  auto boolean = [](const nlohmann::json& j, const char* key, bool fallback) -> Result<bool> {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_boolean()) {
+      return invalid_argument("config.json: {} is {}, expected true or false", key, j[key].dump());
+    }
+    return j[key].get<bool>();
+  };
+  auto integer = [&](const char* key, double fallback) -> Result<int64_t> {
+    KILN_ASSIGN_OR_RETURN(double v, number(hf, key, fallback));
+    if (v != static_cast<double>(static_cast<int64_t>(v))) {
+      return invalid_argument("config.json: {} is {}, expected an integer", key, v);
+    }
+    return static_cast<int64_t>(v);
+  };
+  // Absent keys: transformers' GptOssConfig defaults (GPT-OSS's values).
+  KILN_ASSIGN_OR_RETURN(int64_t top_k, integer("num_experts_per_tok", 4));
+  KILN_ASSIGN_OR_RETURN(int64_t max_positions, integer("max_position_embeddings", 131072));
+  KILN_ASSIGN_OR_RETURN(double eps, number(hf, "rms_norm_eps", 1e-5));
+  KILN_ASSIGN_OR_RETURN(double limit, number(hf, "swiglu_limit", 7.0));
+  KILN_ASSIGN_OR_RETURN(double alpha, number(hf, "swiglu_alpha", 1.702));
+  if (alpha != 1.702) return invalid_argument("config.json: swiglu_alpha {} (Kiln's GPT-OSS SwiGLU uses 1.702)", alpha);
+  KILN_ASSIGN_OR_RETURN(bool tied, boolean(hf, "tie_word_embeddings", false));
+  if (tied) return invalid_argument("config.json: tie_word_embeddings true (GPT-OSS has its own lm_head)");
+
+  // Sliding layers: Kiln alternates sliding (even) and full (odd) layers when
+  // sliding_window_size > 0, and has only full layers otherwise.
+  KILN_ASSIGN_OR_RETURN(int64_t window, integer("sliding_window", 128));
+  std::vector<std::string> types;
+  if (hf.contains("layer_types") && !hf["layer_types"].is_null()) {
+    for (const auto& t : hf["layer_types"]) types.push_back(t.is_string() ? t.get<std::string>() : t.dump());
+  } else {
+    for (int64_t l = 0; l < layers; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  }
+  bool alternating = static_cast<int64_t>(types.size()) == layers, all_full = alternating;
+  for (int64_t l = 0; l < static_cast<int64_t>(types.size()); ++l) {
+    alternating = alternating && types[l] == (l % 2 == 0 ? "sliding_attention" : "full_attention");
+    all_full = all_full && types[l] == "full_attention";
+  }
+  if (all_full) {
+    window = 0;
+  } else if (!alternating || window <= 0) {
+    return invalid_argument("config.json: layer_types {} with sliding_window {} (Kiln's GPT-OSS alternates sliding "
+                            "and full layers, sliding first, or has only full layers)",
+                            nlohmann::json(types).dump(), window);
+  }
+
+  // RoPE: v5 rope_parameters (rope_theta inside) or v4 rope_scaling + rope_theta; neither
+  // is GptOssConfig's YaRN.
+  nlohmann::json rope = {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+                         {"truncate", false}, {"original_max_position_embeddings", 4096}};
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (hf.contains(key) && hf[key].is_object()) {
+      rope = hf[key];
+      break;
+    }
+  }
+  std::string rope_type = "default";
+  for (const char* key : {"type", "rope_type"}) {
+    if (rope.contains(key) && rope[key].is_string()) rope_type = rope[key].get<std::string>();
+  }
+  KILN_ASSIGN_OR_RETURN(double theta_outside, number(hf, "rope_theta", 150000.0));
+  KILN_ASSIGN_OR_RETURN(double theta, number(rope, "rope_theta", theta_outside));
+  std::string lines;
+  auto add = [&](const std::string& key, const std::string& value) { lines += key + ": " + value + "\n"; };
+  auto num = [](double v) { return fmt::format("{}", v); };
+  if (rope_type == "yarn") {
+    for (const char* key : {"attention_factor", "mscale", "mscale_all_dim"}) {
+      if (rope.contains(key) && !rope[key].is_null()) {
+        return invalid_argument("config.json: rope {} is not supported (Kiln's YaRN scales by 0.1 ln(factor) + 1)",
+                                key);
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(double original, number(rope, "original_max_position_embeddings", -1));
+    if (original <= 0) return invalid_argument("config.json: YaRN needs rope original_max_position_embeddings");
+    KILN_ASSIGN_OR_RETURN(double factor, number(rope, "factor", static_cast<double>(max_positions) / original));
+    KILN_ASSIGN_OR_RETURN(double beta_fast, number(rope, "beta_fast", 32.0));
+    KILN_ASSIGN_OR_RETURN(double beta_slow, number(rope, "beta_slow", 1.0));
+    add("rope_type", "\"yarn\"");
+    add("rope_factor", num(factor));
+    add("beta_fast", num(beta_fast));
+    add("beta_slow", num(beta_slow));
+    add("original_max_position_embeddings", num(original));
+    KILN_ASSIGN_OR_RETURN(bool truncate, boolean(rope, "truncate", true));  // transformers' default: true
+    add("rope_truncate", truncate ? "true" : "false");
+    add("rope_attention_scaling", "true");
+  } else if (rope_type == "default") {
+    add("rope_type", "\"default\"");
+    add("rope_attention_scaling", "false");
+  } else {
+    return invalid_argument("config.json: rope_type '{}' is not supported (accepted: default, yarn)", rope_type);
+  }
+  add("rope_max_timescale", num(theta));
+  add("rope_interleave", "false");  // GPT-OSS rotates halves
+  add("max_position_embeddings", std::to_string(max_positions));
+
+  const std::string dtype = weight_dtype == ir::DType::kBF16 ? "bfloat16" : "float32";
+  add("decoder_block", "\"gpt_oss\"");
+  add("vocab_size", std::to_string(vocab));
+  add("base_emb_dim", std::to_string(hidden));
+  add("base_num_query_heads", std::to_string(heads));
+  add("base_num_kv_heads", std::to_string(kv_heads));
+  add("head_dim", std::to_string(head_dim));
+  add("base_num_decoder_layers", std::to_string(layers));
+  add("inhomogeneous_layer_cycle_interval", window > 0 ? "2" : "1");
+  add("sliding_window_size", std::to_string(window));
+  add("attention_bias", attention_bias ? "true" : "false");
+  add("attention_sink", "true");
+  add("num_experts", std::to_string(experts));
+  add("num_experts_per_tok", std::to_string(top_k));
+  add("base_moe_mlp_dim", std::to_string(width));
+  add("base_mlp_dim", std::to_string(width));
+  add("mlp_activations", "[\"sigmoid\", \"linear\"]");
+  add("mlp_activations_limit", num(limit));
+  add("mlp_bias", "true");
+  add("routed_bias", "true");
+  add("normalization_layer_epsilon", num(eps));
+  add("logits_via_embedding", "false");
+  add("enable_dropout", "false");
+  add("dtype", "\"" + dtype + "\"");
+  add("weight_dtype", "\"" + dtype + "\"");
+  return lines;
 }
 
 }  // namespace kiln::checkpoint

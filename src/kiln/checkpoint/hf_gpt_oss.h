@@ -40,7 +40,21 @@ Result<TensorMap> gpt_oss_to_hf(const TensorMap& kiln);
 Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t num_heads);
 
 // A config.json for the HF GptOssForCausalLM from the Kiln tensors' shapes and a resolved
-// Kiln config (YAML text; rope and norm keys are read from it when present).
+// Kiln config (YAML text; rope, norm, window and clamp keys are read from it, GPT-OSS's
+// values when absent). A config that GptOssForCausalLM cannot express (no sinks or expert
+// biases, another activation or no clamp, rope_interleave, YaRN without its attention
+// scaling, norm_topk_prob, token dropping, ...) is an error naming the key: exported, it
+// would load as a different model.
 Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& kiln, const std::string& config_yaml);
+
+// The other way: the Kiln config (YAML: the model keys, over base.yml) of imported tensors
+// (Kiln names, as gpt_oss_from_hf gives them: shapes and dtype come from them) and their
+// GptOssForCausalLM config.json (v4 rope_theta + rope_scaling or v5 rope_parameters; absent
+// keys take transformers' GptOssConfig defaults). An imported checkpoint carries it, so
+// `kiln forward` and `kiln sample` run it as they run a trained one. What Kiln's GPT-OSS
+// cannot express (a rope type other than default/yarn, YaRN attention_factor or mscale, a
+// layer pattern other than sliding/full alternation, tied embeddings, another
+// swiglu_alpha) is an error naming the key.
+Result<std::string> gpt_oss_kiln_config(const TensorMap& kiln, const nlohmann::json& hf_config);
 
 }  // namespace kiln::checkpoint

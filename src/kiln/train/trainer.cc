@@ -14,6 +14,7 @@
 #include "kiln/train/data_source.h"
 #include "kiln/train/weight_copies.h"
 #include "kiln/interp/interpreter.h"
+#include "kiln/report/report.h"
 #include "kiln/runtime/run_on_devices.h"
 
 namespace kiln::train {
@@ -391,6 +392,17 @@ Status Trainer::check_loss(const StepRecord& r) const {
   return ok_status();
 }
 
+void Trainer::write_run_report(bool announce) {
+  if (!events_.is_open()) return;  // not the process that writes the run's files
+  const std::string path = (std::filesystem::path(output_dir_) / "report.html").string();
+  Status st = report::write_report(output_dir_);
+  if (!st.ok()) {
+    print(fmt::format("note: report.html not written: {}", st.message()));
+  } else if (announce) {
+    print(fmt::format("report: {} (kiln report --follow {} keeps one live)", path, output_dir_));
+  }
+}
+
 Status Trainer::run() {
   while (step_ < steps_) {
     Result<StepRecord> r = run_step();
@@ -421,6 +433,7 @@ Status Trainer::run() {
     KILN_RETURN_IF_ERROR(events_.write("attribution", step_, {{"step_s", a->step_s}, {"mfu", a->mfu}, {"rows", rows}}));
   }
   KILN_RETURN_IF_ERROR(events_.write("finish", step_));
+  write_run_report(/*announce=*/true);
   if (!history_.empty()) {
     const StepRecord& last = history_.back();
     print(fmt::format("finished {} steps: loss {:.3f} -> {:.3f}", history_.size(), history_.front().loss, last.loss));

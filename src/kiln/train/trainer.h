@@ -111,6 +111,9 @@ class Trainer {
  private:
   Trainer() = default;
   Status check_loss(const StepRecord& r) const;
+  // report.html in the run directory (report/), from the files written so far; a page that
+  // cannot be written is a note, never a stopped run.
+  void write_run_report(bool announce);
   void print(const std::string& line) const;
   void start_prefetch();  // the background batch thread, from the iterator position
   Status build_eval(const config::Config& config);  // the forward-only eval program

@@ -200,6 +200,7 @@ Status Trainer::save_checkpoint() {
                                        {{"path", checkpoint::step_dir(checkpoints_dir(), step_)},
                                         {"blocked_s", checkpoint_blocked_s_},
                                         {"background", true}}));
+    write_run_report(/*announce=*/false);
     return earlier;
   }
   Status st = checkpoint::save(checkpoints_dir(), snapshot(), save_options);
@@ -211,6 +212,7 @@ Status Trainer::save_checkpoint() {
                                        {{"path", checkpoint::step_dir(checkpoints_dir(), step_)},
                                         {"blocked_s", checkpoint_blocked_s_},
                                         {"background", false}}));
+    write_run_report(/*announce=*/false);
   }
   return st;
 }
