@@ -433,11 +433,11 @@ Status Trainer::run() {
     KILN_RETURN_IF_ERROR(events_.write("attribution", step_, {{"step_s", a->step_s}, {"mfu", a->mfu}, {"rows", rows}}));
   }
   KILN_RETURN_IF_ERROR(events_.write("finish", step_));
-  write_run_report(/*announce=*/true);
   if (!history_.empty()) {
     const StepRecord& last = history_.back();
     print(fmt::format("finished {} steps: loss {:.3f} -> {:.3f}", history_.size(), history_.front().loss, last.loss));
   }
+  write_run_report(/*announce=*/true);  // last: the line a person looks for
   return ok_status();
 }
 
