@@ -3,7 +3,8 @@
 #   make test    set up, build, run every test (ctest)
 #   make build   set up and build only
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
-#   make bench   benchmarks (bench/): kernels and the whole step vs PyTorch
+#   make bench   benchmarks (bench/): kernels, the whole step vs PyTorch 1.13, and the peers table
+#                (bench/peers.py: Kiln vs PyTorch 2 eager and torch.compile, JAX/XLA, PyTorch 1.13)
 #   make e2e     long end-to-end checks: bf16 vs f32 loss curves (gpt-oss-tiny 200 steps, gpt-oss-small 100)
 #   make parity  Kiln against Hugging Face transformers' GPT-OSS (logits, loss, every gradient)
 BUILD_DIR ?= build
@@ -58,6 +59,9 @@ bench: build
 	/usr/bin/python3 bench/sharded_vs_single.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/gemm_row_vs_bench.py --kiln $(BUILD_DIR)/kiln --bench $(BUILD_DIR)/bench/gemm_shapes_bench
 	/usr/bin/python3 bench/compile_growth.py --kiln $(BUILD_DIR)/kiln
+	@bash scripts/setup_venv.sh python/requirements-parity.txt
+	@bash scripts/setup_venv.sh python/requirements-bench.txt
+	/usr/bin/python3 bench/peers.py --kiln $(BUILD_DIR)/kiln
 
 # bf16 mixed precision tracks float32: both loss curves of a 200-step gpt-oss-tiny run and a
 # 100-step gpt-oss-small run on the fortunes corpus and their largest deviation; fails past the stated tolerance.

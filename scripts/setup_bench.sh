@@ -4,7 +4,7 @@
 # reference one (which is about 100x slower and would make every ratio meaningless).
 # Idempotent and fast when present, like setup.sh.
 set -euo pipefail
-PACKAGES=(libopenblas0-openmp)
+PACKAGES=(libopenblas0-openmp libtcmalloc-minimal4)  # tcmalloc: the allocator bench/peers.py gives the Python peers
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then missing+=("$p"); fi
