@@ -51,6 +51,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import cpu_peaks  # noqa: E402
 import peers_common as pc  # noqa: E402
 
 VENV_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
@@ -77,76 +78,14 @@ COMMON_KILN_ARGS = ["reuse_example_batch=1", "learning_rate=1e-4", "remat_policy
 # ------------------------------------------------------------------------------------------
 # The machine's peak, measured in this run
 
-_PEAK_SOURCE = r"""
-// f32 FMA and bf16 dot-product peaks of all cores, per second of each thread's CPU time
-// (the fallback of bench/peers.py when build/bench/cpu_peak_bench is not built).
-#include <immintrin.h>
-#include <time.h>
-#include <cstdio>
-#include <cstdlib>
-#include <thread>
-#include <vector>
-static double cpu_s() { timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-template <class V, class F> double rate(V init, F step, double flops_per_iter, double seconds) {
-  V a0 = init, a1 = init, a2 = init, a3 = init, a4 = init, a5 = init, a6 = init, a7 = init, a8 = init, a9 = init, a10 = init, a11 = init;
-  const V b = init, c = init;
-  double flops = 0, t0 = cpu_s(), t = t0;
-  while (t - t0 < seconds) {
-    for (int i = 0; i < 1000000; ++i) {
-      a0 = step(a0, b, c), a1 = step(a1, b, c), a2 = step(a2, b, c), a3 = step(a3, b, c);
-      a4 = step(a4, b, c), a5 = step(a5, b, c), a6 = step(a6, b, c), a7 = step(a7, b, c);
-      a8 = step(a8, b, c), a9 = step(a9, b, c), a10 = step(a10, b, c), a11 = step(a11, b, c);
-      asm volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
-      asm volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-    }
-    flops += 1e6 * flops_per_iter; t = cpu_s();
-  }
-  return flops / (t - t0) / 1e9;
-}
-template <class F> double all_cores(F f) {
-  unsigned n = std::thread::hardware_concurrency();
-  std::vector<double> r(n); std::vector<std::thread> ts;
-  for (unsigned i = 0; i < n; ++i) ts.emplace_back([&, i] { r[i] = f(); });
-  double sum = 0; for (unsigned i = 0; i < n; ++i) { ts[i].join(); sum += r[i]; }
-  return sum;
-}
-int main(int argc, char** argv) {
-  double s = argc > 1 ? atof(argv[1]) : 0.3;
-  double f = all_cores([&] { return rate(_mm512_set1_ps(1e-7f), [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }, 12 * 32.0, s); });
-  printf("f32 FMA, 512-bit (vfmadd zmm) all cores %.1f\n", f);
-#ifdef __AVX512BF16__
-  double g = all_cores([&] { return rate(_mm512_set1_ps(1e-7f), [](__m512 a, __m512 b, __m512 c) {
-    return _mm512_dpbf16_ps(a, (__m512bh)b, (__m512bh)c); }, 12 * 64.0, s); });
-  printf("bf16 dot product, 512-bit (vdpbf16ps) all cores %.1f\n", g);
-#endif
-  return 0;
-}
-"""
-
-
 def measure_peaks(kiln, seconds):
-    """(f32 GFLOP/s, bf16 GFLOP/s or None, how) for all cores."""
-    tool = os.path.join(os.path.dirname(os.path.abspath(kiln)), "bench", "cpu_peak_bench")
-    how = "build/bench/cpu_peak_bench %g" % seconds
-    if not os.access(tool, os.X_OK):
-        d = tempfile.mkdtemp(prefix="peers_peak_")
-        src, tool = os.path.join(d, "peak.cc"), os.path.join(d, "peak")
-        open(src, "w").write(_PEAK_SOURCE)
-        subprocess.run(["g++", "-O2", "-march=native", "-pthread", src, "-o", tool], check=True)
-        how = "bench/peers.py's built-in FMA / vdpbf16ps loop (no build/bench/cpu_peak_bench)"
-    text = subprocess.run([tool, str(seconds)], check=True, capture_output=True, text=True).stdout
-    # GFLOP/s unless the tool says TFLOP (its format has changed over time).
-    unit = 1e3 if re.search(r"TFLOP", text.splitlines()[0] if text else "") else 1.0
-    f32, bf16 = [], []
-    for line in text.splitlines():
-        nums = [float(x) * unit for x in re.findall(r"\d+\.\d+", line)]
-        if line.startswith("f32 FMA") and nums:
-            f32.append(nums[-1])
-        elif line.startswith("bf16 dot") and nums:
-            bf16.append(nums[-1])
-    if not f32:
-        raise SystemExit("peers: could not read the f32 peak from:\n" + text)
-    return max(f32), (max(bf16) if bf16 else None), how
+    """(f32 GFLOP/s, bf16 GFLOP/s, how) for all cores: build/bench/cpu_peak_bench, which runs the
+    measurement kiln train itself uses (bench/cpu_peaks.py reads its output)."""
+    bench_dir = os.path.join(os.path.dirname(os.path.abspath(kiln)), "bench")
+    if not os.access(os.path.join(bench_dir, "cpu_peak_bench"), os.X_OK):
+        raise SystemExit(f"peers: {bench_dir}/cpu_peak_bench is missing: build it (make build)")
+    peaks = cpu_peaks.measure(bench_dir, seconds)
+    return 1e3 * peaks["f32"], 1e3 * peaks["bf16"], "build/bench/cpu_peak_bench %g" % seconds
 
 
 # ------------------------------------------------------------------------------------------

@@ -80,20 +80,6 @@ std::string json_line(const StepRecord& r) {
 
 JsonlWriter::~JsonlWriter() { close(); }
 
-Status JsonlWriter::open(const std::string& path, int64_t flush_period) {
-  close();
-  std::filesystem::path p(path);
-  std::error_code ec;
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec) return io_error("cannot create directory {}: {}", p.parent_path().string(), ec.message());
-  file_ = std::fopen(path.c_str(), "w");
-  if (file_ == nullptr) return io_error("cannot open {} for writing: {}", path, std::strerror(errno));
-  path_ = path;
-  flush_period_ = flush_period < 1 ? 1 : flush_period;
-  pending_ = 0;
-  return ok_status();
-}
-
 Result<JsonlWriter::History> JsonlWriter::open_continuing(const std::string& path, int64_t flush_period,
                                                            int64_t first_step) {
   namespace fs = std::filesystem;

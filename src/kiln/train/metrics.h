@@ -55,9 +55,6 @@ class JsonlWriter {
   JsonlWriter(const JsonlWriter&) = delete;
   JsonlWriter& operator=(const JsonlWriter&) = delete;
 
-  // Creates the parent directories; truncates an existing file.
-  Status open(const std::string& path, int64_t flush_period);
-
   // What open_continuing found in an existing file.
   struct History {
     int64_t kept = 0;     // records of steps before first_step, kept in order
