@@ -1,12 +1,13 @@
 // kiln convert --from hf --to kiln IN OUT | --from kiln --to hf IN OUT: GPT-OSS weights
 // between the Hugging Face layout (config.json + model*.safetensors, with
 // model.safetensors.index.json for several shards; MXFP4 expert blocks are dequantized to
-// bf16; export splits files larger than --max_shard_size the same way) and a Kiln checkpoint (parameters only,
+// bf16; the import streams tensor by tensor, kiln/checkpoint/hf_import.h; export splits files larger than --max_shard_size the same way) and a Kiln checkpoint (parameters only,
 // written as OUT/0/, so load_parameters_path=OUT starts a run from them). Mapping:
 // kiln/checkpoint/hf_gpt_oss.h.
 #include <filesystem>
 #include <fstream>
-#include <set>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -14,9 +15,10 @@
 
 #include "command.h"
 #include "kiln/checkpoint/checkpoint.h"
+#include "kiln/checkpoint/checkpoint_writer.h"
 #include "kiln/checkpoint/hf_gpt_oss.h"
+#include "kiln/checkpoint/hf_import.h"
 #include "kiln/checkpoint/hf_shards.h"
-#include "kiln/checkpoint/mxfp4.h"
 #include "kiln/checkpoint/safetensors.h"
 #include "kiln/base/progress.h"
 
@@ -36,56 +38,42 @@ Result<nlohmann::json> read_json(const fs::path& path) {
   return j;
 }
 
+// Streams: the files' headers are read and the whole Kiln tensor list planned from names and
+// shapes first (so a missing file or tensor fails before anything is written), then each
+// Kiln tensor is made from just its HF source's bytes, appended to the checkpoint and freed
+// before the next. Peak memory: the largest Kiln tensor plus a 16 MiB read buffer.
 Status hf_to_kiln(const fs::path& in, const fs::path& out) {
   KILN_ASSIGN_OR_RETURN(nlohmann::json config, read_json(in / "config.json"));
   if (!config.contains("num_attention_heads")) return invalid_argument("{}: no num_attention_heads", (in / "config.json").string());
-  std::vector<std::string> files;
-  if (fs::exists(in / "model.safetensors.index.json")) {
-    KILN_ASSIGN_OR_RETURN(nlohmann::json index, read_json(in / "model.safetensors.index.json"));
-    std::set<std::string> unique;
-    // A named copy: items() of the temporary value() returns would dangle.
-    const nlohmann::json weight_map = index.value("weight_map", nlohmann::json::object());
-    for (const auto& [name, file] : weight_map.items()) {
-      if (!file.is_string()) return invalid_argument("{}: weight_map[{}] is not a file name", (in / "model.safetensors.index.json").string(), name);
-      unique.insert(file.get<std::string>());
-    }
-    files.assign(unique.begin(), unique.end());
-  } else {
-    files.push_back("model.safetensors");
-  }
-  // MXFP4 expert blocks (as on the hub) are dequantized to bf16 while reading; progress by
-  // file bytes (a released GPT-OSS is tens of GB).
+  KILN_ASSIGN_OR_RETURN(checkpoint::HfCheckpoint hf, checkpoint::HfCheckpoint::open(in.string()));
+  Result<std::vector<checkpoint::KilnFromHf>> planned =
+      checkpoint::plan_gpt_oss_from_hf(hf.shapes(), config["num_attention_heads"].get<int64_t>());
+  if (!planned.ok()) return planned.status().with_context(in.string());
+  const std::vector<checkpoint::KilnFromHf>& plan = *planned;
+  std::map<std::string, ir::Shape> shapes;
+  std::vector<std::pair<std::string, ir::Shape>> declared;
   int64_t total_bytes = 0;
-  for (const std::string& f : files) {
-    std::error_code ec;
-    const auto size = fs::file_size(in / f, ec);
-    if (!ec) total_bytes += static_cast<int64_t>(size);
+  for (const checkpoint::KilnFromHf& t : plan) {
+    shapes.emplace(t.name, t.shape);
+    declared.emplace_back("params/" + t.name, t.shape);
+    total_bytes += t.shape.byte_size();
   }
-  Progress reading("read " + in.string(), total_bytes, Progress::Unit::kBytes);
-  checkpoint::TensorMap hf;
-  for (const std::string& f : files) {
-    KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap part, checkpoint::read_hf_tensors({(in / f).string()}));
-    for (auto& [name, t] : part) {
-      if (!hf.emplace(name, std::move(t)).second) return invalid_argument("{}: tensor {} appears in two files", in.string(), name);
-    }
-    std::error_code ec;
-    const auto size = fs::file_size(in / f, ec);
-    reading.advance(ec ? 0 : static_cast<int64_t>(size));
-  }
-  reading.finish();
-  KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap kiln, checkpoint::gpt_oss_from_hf(hf, config["num_attention_heads"].get<int64_t>()));
-  checkpoint::CheckpointState state;
-  state.step = 0;
-  for (auto& [name, t] : kiln) state.tensors.push_back(checkpoint::StateTensor::global("params/" + name, t));
-  state.data_iterator = {{"type", "none"}};
-  state.rng = {{"imported_from", "huggingface"}, {"hf_config", config}};
   // The model's Kiln config, so kiln forward / kiln sample run the checkpoint as they run a
   // trained one (dtype: the imported weights', bf16 for a released GPT-OSS).
-  Result<std::string> yaml = checkpoint::gpt_oss_kiln_config(kiln, config);
+  Result<std::string> yaml = checkpoint::gpt_oss_kiln_config(shapes, config);
   if (!yaml.ok()) return yaml.status().with_context((in / "config.json").string());
-  state.config_yaml = *yaml;
-  KILN_RETURN_IF_ERROR(checkpoint::save(out.string(), state));
-  fmt::print("wrote {} Kiln parameters to {} (start a run from them with load_parameters_path={})\n", kiln.size(),
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::CheckpointWriter> writer,
+                        checkpoint::CheckpointWriter::begin(out.string(), /*step=*/0, std::move(declared)));
+  Progress progress("convert " + in.string(), total_bytes, Progress::Unit::kBytes);
+  for (const checkpoint::KilnFromHf& t : plan) {
+    KILN_ASSIGN_OR_RETURN(std::string bytes, hf.produce(t));
+    KILN_RETURN_IF_ERROR(writer->write("params/" + t.name, bytes));
+    progress.advance(static_cast<int64_t>(bytes.size()));
+  }
+  const nlohmann::json rng = {{"imported_from", "huggingface"}, {"hf_config", config}};
+  KILN_RETURN_IF_ERROR(writer->commit(*yaml, {{"type", "none"}}, rng));
+  progress.finish();
+  fmt::print("wrote {} Kiln parameters to {} (start a run from them with load_parameters_path={})\n", plan.size(),
              checkpoint::step_dir(out.string(), 0), out.string());
   return ok_status();
 }

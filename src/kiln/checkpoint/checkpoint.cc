@@ -18,6 +18,8 @@
 #include "kiln/base/hash.h"
 #include "kiln/base/progress.h"
 #include "kiln/checkpoint/safetensors.h"
+#include "kiln/checkpoint/shard_read.h"
+#include "kiln/checkpoint/step_dir.h"
 
 namespace kiln::checkpoint {
 
@@ -25,55 +27,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kManifestFile = "manifest.json";
-constexpr int kFormatVersion = 2;  // 1: one state.safetensors of global tensors (still read)
-
-std::string checksum(std::string_view bytes) { return fmt::format("{:016x}", fnv1a64(bytes)); }
-
-std::string shard_file(int64_t device) { return fmt::format("shard-{}.safetensors", device); }
-
 std::optional<int64_t> parse_step(const std::string& name) {
   if (name.empty() || name.size() > 18) return std::nullopt;
   for (char c : name) {
     if (c < '0' || c > '9') return std::nullopt;
   }
   return std::stoll(name);
-}
-
-Status fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return io_error("opening {} to sync it: {}", path, std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return io_error("syncing {}: {}", path, std::strerror(err));
-  return ok_status();
-}
-
-Status write_text_file(const std::string& path, const std::string& text) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error("creating {}: {}", path, std::strerror(errno));
-  const char* p = text.data();
-  size_t left = text.size();
-  Status st;
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      st = io_error("writing {}: {}", path, std::strerror(errno));
-      break;
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  if (st.ok() && ::fsync(fd) != 0) st = io_error("syncing {}: {}", path, std::strerror(errno));
-  if (::close(fd) != 0 && st.ok()) st = io_error("closing {}: {}", path, std::strerror(errno));
-  return st;
-}
-
-nlohmann::ordered_json mesh_to_json(const config::Mesh& mesh) {
-  return {{"axes", mesh.axes}, {"ici", mesh.ici}, {"dcn", mesh.dcn}, {"shape", mesh.shape()},
-          {"num_devices", mesh.num_devices()}};
 }
 
 Result<config::Mesh> mesh_from_json(const nlohmann::ordered_json& j, const std::string& where) {
@@ -162,11 +121,8 @@ Status save_into(const std::string& tmp, const CheckpointState& state, const Sav
     const std::string dtype = safetensors_dtype(t.shape.dtype());
     if (dtype.empty()) return invalid_argument("tensor {} has dtype {}, which checkpoints do not hold", t.name,
                                                ir::dtype_name(t.shape.dtype()));
-    nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
     for (int64_t dev : shard_owners(dims, t.sharding, state.mesh)) {
       const Region r = shard_region(dims, t.sharding, state.mesh, dev);
-      pieces.push_back({{"file", shard_file(dev)}, {"device", dev}, {"offset", r.offset}, {"dims", r.dims},
-                        {"fnv1a64", ""}});
       if (!is_local(options, dev)) continue;
       const size_t want = static_cast<size_t>(r.num_elements() * ir::dtype_size(t.shape.dtype()));
       if (dev >= static_cast<int64_t>(t.shards.size()) || t.shards[dev].size() != want) {
@@ -175,22 +131,18 @@ Status save_into(const std::string& tmp, const CheckpointState& state, const Sav
                                 dev < static_cast<int64_t>(t.shards.size()) ? t.shards[dev].size() : 0);
       }
       files[dev].push_back({t.name, dtype, r.dims, &t.shards[dev]});
-      checksums[t.name][std::to_string(dev)] = checksum(t.shards[dev]);
+      checksums[t.name][std::to_string(dev)] = piece_checksum(t.shards[dev]);
       total_bytes += static_cast<int64_t>(want);
     }
-    tensors[t.name] = {{"shape", dims},
-                       {"dtype", std::string(ir::dtype_name(t.shape.dtype()))},
-                       {"sharding", t.sharding.dims},
-                       {"pieces", pieces}};
+    tensors[t.name] = manifest_tensor_entry(t.shape, t.sharding, state.mesh);
   }
   {
     Progress progress(fmt::format("save checkpoint {}", state.step), total_bytes,
                       Progress::Options{.unit = Progress::Unit::kBytes,
                                         .mode = options.progress ? Progress::Mode::kAuto : Progress::Mode::kOff});
     for (const auto& [dev, raw] : files) {
-      KILN_RETURN_IF_ERROR(write_safetensors_raw((fs::path(tmp) / shard_file(dev)).string(), raw,
-                                                 {{"format", "kiln"}, {"step", std::to_string(state.step)},
-                                                  {"device", std::to_string(dev)}}));
+      KILN_RETURN_IF_ERROR(
+          write_safetensors_raw((fs::path(tmp) / shard_file(dev)).string(), raw, shard_metadata(state.step, dev)));
       if (options.after_file) options.after_file(shard_file(dev));
       for (const RawTensor& t : raw) progress.advance(static_cast<int64_t>(t.bytes->size()));
     }
@@ -207,16 +159,9 @@ Status save_into(const std::string& tmp, const CheckpointState& state, const Sav
     }
   }
 
-  nlohmann::ordered_json manifest = nlohmann::ordered_json::object();
-  manifest["format"] = "kiln-checkpoint";
-  manifest["version"] = kFormatVersion;
-  manifest["step"] = state.step;
-  manifest["mesh"] = mesh_to_json(state.mesh);
-  manifest["data_iterator"] = state.data_iterator;
-  manifest["rng"] = state.rng;
-  manifest["tensors"] = tensors;
-  manifest["config"] = state.config_yaml;
-  KILN_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / kManifestFile).string(), manifest.dump(2) + "\n"));
+  KILN_RETURN_IF_ERROR(write_text_file((fs::path(tmp) / kManifestFile).string(),
+                                       manifest_text(state.step, state.mesh, state.data_iterator, state.rng, tensors,
+                                                     state.config_yaml)));
   if (options.after_file) options.after_file(kManifestFile);
   return fsync_path(tmp, /*directory=*/true);
 }
@@ -280,7 +225,6 @@ Result<std::string> prepare_save(const std::string& checkpoints_dir, int64_t ste
 
 Status save(const std::string& checkpoints_dir, const CheckpointState& state, const SaveOptions& options) {
   std::error_code ec;
-  const std::string final_dir = step_dir(checkpoints_dir, state.step);
   std::string tmp = options.tmp_dir;
   if (options.num_ranks > 1 && tmp.empty()) {
     return invalid_argument("a save by {} ranks needs the temporary directory of prepare_save()", options.num_ranks);
@@ -301,21 +245,7 @@ Status save(const std::string& checkpoints_dir, const CheckpointState& state, co
     return Status(st.code(), fmt::format("checkpoint of step {} not saved (earlier checkpoints kept): {}", state.step,
                                          st.message()));
   }
-  // A checkpoint of the same step already there (a rerun): move it aside first.
-  std::string old;
-  if (fs::exists(final_dir, ec)) {
-    old = fmt::format("{}.old-{}", final_dir, ::getpid());
-    fs::remove_all(old, ec);
-    fs::rename(final_dir, old, ec);
-    if (ec) return io_error("moving the old checkpoint {} aside: {}", final_dir, ec.message());
-  }
-  fs::rename(tmp, final_dir, ec);
-  if (ec) {
-    fs::remove_all(tmp, ec);
-    return io_error("renaming {} to {}: {}", tmp, final_dir, ec.message());
-  }
-  KILN_RETURN_IF_ERROR(fsync_path(checkpoints_dir, /*directory=*/true));
-  if (!old.empty()) fs::remove_all(old, ec);
+  KILN_RETURN_IF_ERROR(commit_step_dir(tmp, checkpoints_dir, state.step));
   prune(checkpoints_dir, options.max_to_keep);
   return ok_status();
 }
@@ -425,7 +355,8 @@ const SavedTensor* CheckpointReader::find(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
-Result<std::string> CheckpointReader::read_piece(const SavedTensor& t, const SavedPiece& p) const {
+Result<std::pair<const SafetensorsIndex*, const SafetensorsEntry*>> CheckpointReader::piece_entry(
+    const SavedTensor& t, const SavedPiece& p) const {
   auto it = files_.find(p.file);
   if (it == files_.end()) {
     Result<SafetensorsIndex> index = index_safetensors((fs::path(dir_) / p.file).string());
@@ -440,18 +371,24 @@ Result<std::string> CheckpointReader::read_piece(const SavedTensor& t, const Sav
                      entry->second.dtype, ir::dims_to_string(entry->second.dims), p.file,
                      safetensors_dtype(t.shape.dtype()), ir::dims_to_string(p.region.dims));
   }
+  return std::make_pair(&index, &entry->second);
+}
+
+Result<std::string> CheckpointReader::read_piece(const SavedTensor& t, const SavedPiece& p) const {
+  KILN_ASSIGN_OR_RETURN(auto found, piece_entry(t, p));
+  const SafetensorsIndex& index = *found.first;
   KILN_ASSIGN_OR_RETURN(std::string bytes, read_tensor_bytes(index, p.key));
-  if (checksum(bytes) != p.fnv1a64) {
+  if (piece_checksum(bytes) != p.fnv1a64) {
     return data_loss("checkpoint {}: tensor {} fails its checksum in {} (fnv1a64 {} in the manifest, {} on disk): the "
                      "checkpoint is corrupt",
-                     dir_, t.name, p.file, p.fnv1a64, checksum(bytes));
+                     dir_, t.name, p.file, p.fnv1a64, piece_checksum(bytes));
   }
   return bytes;
 }
 
 Result<std::string> CheckpointReader::read_shard(const std::string& name, const ir::Shape& expected,
                                                  const ir::Sharding& sharding, const config::Mesh& mesh,
-                                                 int64_t device) const {
+                                                 int64_t device, const ShardReadOptions& options) const {
   const SavedTensor* t = find(name);
   if (t == nullptr) return failed_precondition("checkpoint {}: tensor {} is missing (a different model?)", dir_, name);
   if (t->shape.dims() != expected.dims() || t->shape.dtype() != expected.dtype()) {
@@ -471,6 +408,13 @@ Result<std::string> CheckpointReader::read_shard(const std::string& name, const 
       overlaps &= p.region.offset[d] < want.offset[d] + want.dims[d] && want.offset[d] < p.region.offset[d] + p.region.dims[d];
     }
     if (!overlaps) continue;
+    if (options.partial_reads && !region_contains(want, p.region)) {
+      KILN_ASSIGN_OR_RETURN(auto found, piece_entry(*t, p));
+      const uint64_t at = found.first->data_start + found.second->begin;
+      Result<int64_t> read = read_block_into(found.first->path, at, p.region, out, want, elem, "tensor " + name);
+      if (!read.ok()) return Status(read.status().code(), fmt::format("checkpoint {}: {}", dir_, read.status().message()));
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(std::string bytes, read_piece(*t, p));
     copy_overlap(bytes, p.region, out, want, elem);
   }

@@ -114,6 +114,17 @@ struct SavedTensor {
   std::vector<SavedPiece> pieces;
 };
 
+// How read_shard reads a saved piece that overlaps the shard only in part (a global tensor
+// restored on a mesh, a checkpoint resharded on load).
+struct ShardReadOptions {
+  // false: the whole piece is read and checked against its checksum, then the overlap kept.
+  // true: only the overlap's bytes are read (pread of its rows, shard_read.h), so a device
+  // of an N-way split reads 1/N of a global tensor; the manifest's checksum covers the
+  // whole piece, so such a partial read is not checksummed (shape, dtype and the file's
+  // bounds still are; a piece wholly inside the shard is still read whole and checked).
+  bool partial_reads = false;
+};
+
 // A checkpoint opened for reading: the manifest is parsed and checked (every piece named,
 // pieces tiling the tensor), tensor data is read on demand. Not thread-safe (it caches the
 // files' headers).
@@ -135,11 +146,14 @@ class CheckpointReader {
   // checksum. The tensor must exist with exactly `expected`'s shape and dtype: errors name
   // the checkpoint and the tensor.
   Result<std::string> read_shard(const std::string& name, const ir::Shape& expected, const ir::Sharding& sharding,
-                                 const config::Mesh& mesh, int64_t device) const;
+                                 const config::Mesh& mesh, int64_t device, const ShardReadOptions& options = {}) const;
   // The whole tensor, in its saved shape and dtype.
   Result<ir::Literal> read_global(const std::string& name) const;
 
  private:
+  // The piece's file header and entry, checked against the manifest.
+  Result<std::pair<const SafetensorsIndex*, const SafetensorsEntry*>> piece_entry(const SavedTensor& t,
+                                                                                  const SavedPiece& p) const;
   Result<std::string> read_piece(const SavedTensor& t, const SavedPiece& p) const;
 
   std::string dir_;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "kiln/checkpoint/safetensors.h"
+
 namespace kiln::checkpoint {
 
 namespace {
@@ -47,7 +49,8 @@ class Reader {
   const char* side_;
 };
 
-int64_t count_layers(const TensorMap& m, const std::string& prefix, const std::string& suffix) {
+template <typename Map>
+int64_t count_layers(const Map& m, const std::string& prefix, const std::string& suffix) {
   int64_t n = 0;
   while (m.count(prefix + std::to_string(n) + suffix)) ++n;
   return n;
@@ -213,6 +216,118 @@ Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t H) {
   return k;
 }
 
+Result<std::vector<KilnFromHf>> plan_gpt_oss_from_hf(const HfShapes& hf, int64_t H) {
+  // Mirrors gpt_oss_from_hf step for step (same checks, same messages), recording what to
+  // do instead of doing it; HfImport.StreamingImportMatchesTheInMemoryConverterByteForByte
+  // holds the two together.
+  auto get = [&](const std::string& name, int rank) -> Result<ir::Shape> {
+    auto it = hf.find(name);
+    if (it == hf.end()) return not_found("Hugging Face tensor {} is missing", name);
+    Result<ir::DType> dtype = parse_safetensors_dtype(it->second.dtype);
+    if (!dtype.ok()) return invalid_argument("Hugging Face tensor {}: {}", name, dtype.status().message());
+    ir::Shape shape(*dtype, it->second.dims);
+    if (rank >= 0 && shape.rank() != rank) {
+      return invalid_argument("Hugging Face tensor {} is {}, expected rank {}", name, shape.to_string(), rank);
+    }
+    return shape;
+  };
+  auto expect_dims = [](const std::string& name, const ir::Shape& t, const std::vector<int64_t>& dims) -> Status {
+    if (t.dims() != dims) {
+      return invalid_argument("Hugging Face tensor {} is {}, expected dims {}", name, t.to_string(),
+                              ir::dims_to_string(dims));
+    }
+    return ok_status();
+  };
+  std::map<std::string, KilnFromHf> k;  // by Kiln name: gpt_oss_from_hf's TensorMap order
+  auto copy = [&](const std::string& to, const std::string& from, const ir::Shape& src, std::vector<int64_t> dims) {
+    k[to] = {to, ir::Shape(src.dtype(), std::move(dims)), from, HfTransform::kCopy};
+  };
+  auto transpose = [&](const std::string& to, const std::string& from, const ir::Shape& src,
+                       std::vector<int64_t> dims) {
+    k[to] = {to, ir::Shape(src.dtype(), std::move(dims)), from, HfTransform::kTranspose, src.dims()[0], src.dims()[1]};
+  };
+  auto columns = [&](const std::string& to, const std::string& from, const ir::Shape& src, std::vector<int64_t> dims,
+                     int64_t first) {
+    const int64_t cols = src.dims().back();
+    k[to] = {to, ir::Shape(src.dtype(), std::move(dims)), from, HfTransform::kColumns, src.num_elements() / cols, cols,
+             first, 2};
+  };
+  auto optional_copy = [&](const std::string& to, const std::string& from) -> Status {
+    if (!hf.count(from)) return ok_status();
+    KILN_ASSIGN_OR_RETURN(ir::Shape t, get(from, -1));
+    copy(to, from, t, t.dims());
+    return ok_status();
+  };
+
+  KILN_ASSIGN_OR_RETURN(ir::Shape emb, get("model.embed_tokens.weight", 2));
+  const int64_t V = emb.dims()[0], D = emb.dims()[1];
+  copy("token_embedder.embedding", "model.embed_tokens.weight", emb, emb.dims());
+  const int64_t layers = count_layers(hf, "model.layers.", ".self_attn.q_proj.weight");
+  if (layers == 0) return not_found("Hugging Face tensor model.layers.0.self_attn.q_proj.weight is missing");
+  if (H <= 0) return invalid_argument("num_attention_heads={} must be positive", H);
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string n = fmt::format("layers.{}.", l), m = fmt::format("model.layers.{}.", l);
+    const std::string a = n + "self_attention.";
+    KILN_ASSIGN_OR_RETURN(ir::Shape pre, get(m + "input_layernorm.weight", 1));
+    KILN_ASSIGN_OR_RETURN(ir::Shape post, get(m + "post_attention_layernorm.weight", 1));
+    copy(n + "pre_self_attention_layer_norm.scale", m + "input_layernorm.weight", pre, pre.dims());
+    copy(n + "post_self_attention_layer_norm.scale", m + "post_attention_layernorm.weight", post, post.dims());
+    KILN_ASSIGN_OR_RETURN(ir::Shape q, get(m + "self_attn.q_proj.weight", 2));
+    if (q.dims()[0] % H != 0) {
+      return invalid_argument("Hugging Face tensor {}self_attn.q_proj.weight has {} rows, not a multiple of {} heads", m,
+                              q.dims()[0], H);
+    }
+    const int64_t Dh = q.dims()[0] / H;
+    for (const char* which : {"query", "key", "value"}) {
+      const std::string proj = m + "self_attn." + std::string(1, which[0]) + "_proj";
+      KILN_ASSIGN_OR_RETURN(ir::Shape w, get(proj + ".weight", 2));  // [heads*Dh, D]
+      const int64_t rows = w.dims()[0], heads = rows / Dh;
+      KILN_RETURN_IF_ERROR(expect_dims(proj + ".weight", w, {heads * Dh, D}));
+      transpose(a + which + ".kernel", proj + ".weight", w, {D, heads, Dh});
+      if (hf.count(proj + ".bias")) {
+        KILN_ASSIGN_OR_RETURN(ir::Shape b, get(proj + ".bias", 1));
+        KILN_RETURN_IF_ERROR(expect_dims(proj + ".bias", b, {heads * Dh}));
+        copy(a + which + ".bias", proj + ".bias", b, {heads, Dh});
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(ir::Shape o, get(m + "self_attn.o_proj.weight", 2));  // [D, H*Dh]
+    KILN_RETURN_IF_ERROR(expect_dims(m + "self_attn.o_proj.weight", o, {D, H * Dh}));
+    transpose(a + "out.kernel", m + "self_attn.o_proj.weight", o, {H, Dh, D});
+    KILN_RETURN_IF_ERROR(optional_copy(a + "out.bias", m + "self_attn.o_proj.bias"));
+    KILN_RETURN_IF_ERROR(optional_copy(a + "sinks", m + "self_attn.sinks"));
+
+    KILN_ASSIGN_OR_RETURN(ir::Shape router, get(m + "mlp.router.weight", 2));  // [E, D]
+    const int64_t E = router.dims()[0];
+    transpose(n + "mlp.gate.kernel", m + "mlp.router.weight", router, {D, E});
+    KILN_RETURN_IF_ERROR(optional_copy(n + "mlp.gate.bias", m + "mlp.router.bias"));
+    const std::string gate_up = m + "mlp.experts.gate_up_proj";
+    KILN_ASSIGN_OR_RETURN(ir::Shape gu, get(gate_up, 3));
+    const int64_t I = gu.dims()[2] / 2;
+    KILN_RETURN_IF_ERROR(expect_dims(gate_up, gu, {E, D, 2 * I}));
+    columns(n + "mlp.wi_0", gate_up, gu, {E, D, I}, 0);
+    columns(n + "mlp.wi_1", gate_up, gu, {E, D, I}, 1);
+    if (hf.count(gate_up + "_bias")) {
+      KILN_ASSIGN_OR_RETURN(ir::Shape gb, get(gate_up + "_bias", 2));
+      KILN_RETURN_IF_ERROR(expect_dims(gate_up + "_bias", gb, {E, 2 * I}));
+      columns(n + "mlp.wi_0_bias", gate_up + "_bias", gb, {E, I}, 0);
+      columns(n + "mlp.wi_1_bias", gate_up + "_bias", gb, {E, I}, 1);
+    }
+    KILN_ASSIGN_OR_RETURN(ir::Shape down, get(m + "mlp.experts.down_proj", 3));
+    KILN_RETURN_IF_ERROR(expect_dims(m + "mlp.experts.down_proj", down, {E, I, D}));
+    copy(n + "mlp.wo", m + "mlp.experts.down_proj", down, down.dims());
+    KILN_RETURN_IF_ERROR(optional_copy(n + "mlp.wo_bias", m + "mlp.experts.down_proj_bias"));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Shape norm, get("model.norm.weight", 1));
+  copy("decoder_norm.scale", "model.norm.weight", norm, norm.dims());
+  KILN_ASSIGN_OR_RETURN(ir::Shape head, get("lm_head.weight", 2));
+  KILN_RETURN_IF_ERROR(expect_dims("lm_head.weight", head, {V, D}));
+  transpose("logits_dense.kernel", "lm_head.weight", head, {D, V});
+  std::vector<KilnFromHf> out;
+  out.reserve(k.size());
+  for (auto& [name, t] : k) out.push_back(std::move(t));
+  return out;
+}
+
 Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& k, const std::string& config_yaml) {
   KILN_ASSIGN_OR_RETURN(TensorMap hf, gpt_oss_to_hf(k));
   const auto& emb = hf.at("model.embed_tokens.weight").shape().dims();
@@ -310,21 +425,34 @@ Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& k, const std::string& 
 }
 
 Result<std::string> gpt_oss_kiln_config(const TensorMap& k, const nlohmann::json& hf) {
+  std::map<std::string, ir::Shape> shapes;
+  for (const auto& [name, t] : k) shapes.emplace(name, t.shape());
+  return gpt_oss_kiln_config(shapes, hf);
+}
+
+Result<std::string> gpt_oss_kiln_config(const std::map<std::string, ir::Shape>& k, const nlohmann::json& hf) {
   if (!hf.is_object()) return invalid_argument("config.json is not a JSON object");
   // Shapes and dtype from the tensors (as gpt_oss_hf_config takes them), so they cannot
   // disagree; the rest from config.json.
-  Reader r(k, "Kiln");
-  KILN_ASSIGN_OR_RETURN(const ir::Literal* emb, r.get("token_embedder.embedding", 2));
-  KILN_ASSIGN_OR_RETURN(const ir::Literal* q_kernel, r.get("layers.0.self_attention.query.kernel", 3));
-  KILN_ASSIGN_OR_RETURN(const ir::Literal* k_kernel, r.get("layers.0.self_attention.key.kernel", 3));
-  KILN_ASSIGN_OR_RETURN(const ir::Literal* wi, r.get("layers.0.mlp.wi_0", 3));
-  const int64_t vocab = emb->shape().dims()[0], hidden = emb->shape().dims()[1];
-  const int64_t heads = q_kernel->shape().dims()[1], head_dim = q_kernel->shape().dims()[2];
-  const int64_t kv_heads = k_kernel->shape().dims()[1];
-  const int64_t experts = wi->shape().dims()[0], width = wi->shape().dims()[2];
+  auto get = [&](const std::string& name, size_t rank) -> Result<ir::Shape> {
+    auto it = k.find(name);
+    if (it == k.end()) return not_found("Kiln tensor {} is missing", name);
+    if (it->second.rank() != static_cast<int>(rank)) {
+      return invalid_argument("Kiln tensor {} is {}, expected rank {}", name, it->second.to_string(), rank);
+    }
+    return it->second;
+  };
+  KILN_ASSIGN_OR_RETURN(const ir::Shape emb, get("token_embedder.embedding", 2));
+  KILN_ASSIGN_OR_RETURN(const ir::Shape q_kernel, get("layers.0.self_attention.query.kernel", 3));
+  KILN_ASSIGN_OR_RETURN(const ir::Shape k_kernel, get("layers.0.self_attention.key.kernel", 3));
+  KILN_ASSIGN_OR_RETURN(const ir::Shape wi, get("layers.0.mlp.wi_0", 3));
+  const int64_t vocab = emb.dims()[0], hidden = emb.dims()[1];
+  const int64_t heads = q_kernel.dims()[1], head_dim = q_kernel.dims()[2];
+  const int64_t kv_heads = k_kernel.dims()[1];
+  const int64_t experts = wi.dims()[0], width = wi.dims()[2];
   const int64_t layers = count_layers(k, "layers.", ".self_attention.query.kernel");
-  const bool attention_bias = r.has("layers.0.self_attention.query.bias");
-  const ir::DType weight_dtype = emb->shape().dtype();
+  const bool attention_bias = k.count("layers.0.self_attention.query.bias") > 0;
+  const ir::DType weight_dtype = emb.dtype();
   // A number (int or float) under `key` of `j`, or `fallback` when absent or null.
   auto number = [](const nlohmann::json& j, const char* key, double fallback) -> Result<double> {
     if (!j.contains(key) || j[key].is_null()) return fallback;

@@ -22,6 +22,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +39,36 @@ Result<TensorMap> gpt_oss_to_hf(const TensorMap& kiln);
 // (read_hf_tensors in mxfp4.h does it while reading the files).
 // `num_heads` is config.json's num_attention_heads.
 Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t num_heads);
+
+// The streaming import (kiln convert --from hf) plans from names and shapes alone which
+// Hugging Face tensor makes each Kiln tensor and how, then produces them one at a time
+// (hf_import.h). The plan is the mapping above, as data:
+//   kCopy       the source's elements in order (a reshape at most: q_proj.bias [H*Dh] -> [H, Dh])
+//   kTranspose  source [rows, cols] -> [cols, rows] (q/k/v/o_proj, router, lm_head)
+//   kColumns    source [rows, cols] -> [rows, cols/step], columns first, first+step, ...
+//               (gate_up_proj and its bias: wi_0 = even columns, wi_1 = odd)
+// An HF tensor stored as MXFP4 *_blocks/*_scales is planned as the bf16 tensor it
+// dequantizes to (HfTensorInfo::mxfp4).
+struct HfTensorInfo {
+  std::string dtype;            // safetensors name: "BF16", "F32", ... ("BF16" for MXFP4)
+  std::vector<int64_t> dims;    // as gpt_oss_from_hf would see it (MXFP4: dequantized)
+  bool mxfp4 = false;
+};
+using HfShapes = std::map<std::string, HfTensorInfo>;
+
+enum class HfTransform { kCopy, kTranspose, kColumns };
+struct KilnFromHf {
+  std::string name;    // Kiln parameter name (no "params/")
+  ir::Shape shape;     // its dtype (the source's) and dims
+  std::string source;  // the Hugging Face tensor
+  HfTransform transform = HfTransform::kCopy;
+  int64_t rows = 0, cols = 0;   // the source as a matrix [rows, cols] (kTranspose, kColumns)
+  int64_t first = 0, step = 1;  // kColumns
+};
+// The Kiln tensors of gpt_oss_from_hf, in its (name) order, with the same checks and errors
+// (a missing or misshapen tensor is named), from shapes only. A source whose dtype Kiln does
+// not hold (F16, U8 outside MXFP4, ...) is invalid_argument naming it.
+Result<std::vector<KilnFromHf>> plan_gpt_oss_from_hf(const HfShapes& hf, int64_t num_heads);
 
 // A config.json for the HF GptOssForCausalLM from the Kiln tensors' shapes and a resolved
 // Kiln config (YAML text; rope, norm, window and clamp keys are read from it, GPT-OSS's
@@ -56,5 +87,7 @@ Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& kiln, const std::strin
 // layer pattern other than sliding/full alternation, tied embeddings, another
 // swiglu_alpha) is an error naming the key.
 Result<std::string> gpt_oss_kiln_config(const TensorMap& kiln, const nlohmann::json& hf_config);
+// The same from the Kiln tensors' shapes alone (the streaming import has no values yet).
+Result<std::string> gpt_oss_kiln_config(const std::map<std::string, ir::Shape>& kiln, const nlohmann::json& hf_config);
 
 }  // namespace kiln::checkpoint

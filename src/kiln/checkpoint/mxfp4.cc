@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kiln/checkpoint/safetensors.h"
 
@@ -51,6 +52,38 @@ Result<ir::Literal> dequantize_mxfp4(const std::string& name, const std::vector<
         }
       }
   return ir::Literal(ir::Shape(dtype, out_dims), std::move(v));  // rounds to dtype (exact for bf16 and f32)
+}
+
+void dequantize_mxfp4_rows(const unsigned char* b, const unsigned char* s, int64_t q0, int64_t q1, int64_t R,
+                           int64_t G, int64_t first, int64_t step, ir::DType dtype, char* out) {
+  const int64_t C = G * 32, kept = R / step;
+  // The value as dequantize_mxfp4 computes it (a double), stored in `dtype` through the
+  // same roundings as Literal + literal_bytes (to float, then to bf16's nearest even).
+  auto store = [&](int64_t at, double v) {
+    if (dtype == ir::DType::kBF16) {
+      const uint16_t bits = ir::float_to_bf16_bits(static_cast<float>(v));
+      std::memcpy(out + 2 * at, &bits, 2);
+    } else {
+      const float f = static_cast<float>(v);
+      std::memcpy(out + 4 * at, &f, 4);
+    }
+  };
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t p = q / R, r = q % R;
+    if (r < first || (r - first) % step != 0) continue;
+    const int64_t j = (r - first) / step;
+    if (j >= kept) continue;
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t blk = (q - q0) * G + g;
+      const int exponent = static_cast<int>(s[blk]) - 127;
+      for (int64_t m = 0; m < 16; ++m) {
+        const unsigned char byte = b[blk * 16 + m];
+        const int64_t c = g * 32 + 2 * m;
+        store((p * C + c) * kept + j, std::ldexp(kLut[byte & 0x0F], exponent));
+        store((p * C + c + 1) * kept + j, std::ldexp(kLut[byte >> 4], exponent));
+      }
+    }
+  }
 }
 
 Result<std::map<std::string, ir::Literal>> read_hf_tensors(const std::vector<std::string>& paths) {

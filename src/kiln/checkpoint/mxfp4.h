@@ -26,6 +26,16 @@ Result<ir::Literal> dequantize_mxfp4(const std::string& name, const std::vector<
                                      const std::string& blocks, const std::vector<int64_t>& scale_dims,
                                      const std::string& scales, ir::DType dtype);
 
+// The streaming import's form: rows [q0, q1) of the blocks (q = the flattened (p, r) index
+// over [P..., R, G, 16]; `blocks` and `scales` point at row q0's bytes) written into `out`,
+// the bytes of the dequantized [P..., G·32, R / step] in `dtype` (bf16 or f32) keeping rows
+// r = first, first + step, ...: out(p, c, (r − first) / step) = value(p, r, c). With first 0
+// and step 1 it is dequantize_mxfp4's tensor; step 2 picks gate_up_proj's gate (first 0) or
+// up (first 1) half without dequantizing the other. Values round to `dtype` exactly as
+// dequantize_mxfp4 + literal_bytes would.
+void dequantize_mxfp4_rows(const unsigned char* blocks, const unsigned char* scales, int64_t q0, int64_t q1,
+                           int64_t R, int64_t G, int64_t first, int64_t step, ir::DType dtype, char* out);
+
 // Reads every tensor of the Hugging Face safetensors files `paths`; each `X_blocks` +
 // `X_scales` pair becomes the bf16 tensor `X` (dequantized as above). A lone half of a pair
 // is an error naming it.

@@ -108,6 +108,22 @@ Status write_all(int fd, const char* data, size_t size, const std::string& path)
 
 }  // namespace
 
+Status write_fd_all(int fd, std::string_view data, const std::string& path) {
+  return write_all(fd, data.data(), data.size(), path);
+}
+
+Status pread_fd_all(int fd, char* out, size_t size, uint64_t offset, const std::string& path, const std::string& what) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t r = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return io_error("reading {} from {}: {}", what, path, std::strerror(errno));
+    if (r == 0) return data_loss("{}: truncated while reading {}", path, what);
+    done += static_cast<size_t>(r);
+  }
+  return ok_status();
+}
+
 int safetensors_dtype_size(const std::string& name) {
   if (name == "F64" || name == "I64") return 8;
   if (name == "F32" || name == "I32" || name == "U32") return 4;
@@ -116,8 +132,8 @@ int safetensors_dtype_size(const std::string& name) {
   return 0;
 }
 
-Status write_safetensors_raw(const std::string& path, const std::vector<RawTensor>& tensors,
-                             const std::map<std::string, std::string>& metadata) {
+Result<std::string> safetensors_header(const std::string& path, const std::vector<RawTensor>& tensors,
+                                       const std::map<std::string, std::string>& metadata) {
   // nlohmann::ordered_json keeps the file order of the header (= data order).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -128,21 +144,32 @@ Status write_safetensors_raw(const std::string& path, const std::vector<RawTenso
     if (header.contains(t.name)) return invalid_argument("{}: tensor {} is written twice", path, t.name);
     int64_t n = 1;
     for (int64_t d : t.dims) n *= d;
-    if (t.bytes == nullptr || t.bytes->size() != static_cast<size_t>(n * size)) {
-      return invalid_argument("{}: tensor {} has {} bytes, its shape needs {}", path, t.name,
-                              t.bytes ? t.bytes->size() : 0, n * size);
-    }
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.dims}, {"data_offsets", {offset, offset + t.bytes->size()}}};
-    offset += t.bytes->size();
+    const size_t bytes = static_cast<size_t>(n * size);
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.dims}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  uint64_t n = text.size();
+  const uint64_t n = text.size();
+  std::string out(reinterpret_cast<const char*>(&n), 8);  // little-endian, as the format wants
+  return out + text;
+}
 
+Status write_safetensors_raw(const std::string& path, const std::vector<RawTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
+  KILN_ASSIGN_OR_RETURN(std::string header, safetensors_header(path, tensors, metadata));
+  for (const RawTensor& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    const size_t want = static_cast<size_t>(n * safetensors_dtype_size(t.dtype));
+    if (t.bytes == nullptr || t.bytes->size() != want) {
+      return invalid_argument("{}: tensor {} has {} bytes, its shape needs {}", path, t.name,
+                              t.bytes ? t.bytes->size() : 0, want);
+    }
+  }
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error("creating {}: {}", path, std::strerror(errno));
-  Status st = write_all(fd, reinterpret_cast<const char*>(&n), 8, path);
-  if (st.ok()) st = write_all(fd, text.data(), text.size(), path);
+  Status st = write_all(fd, header.data(), header.size(), path);
   for (size_t i = 0; st.ok() && i < tensors.size(); ++i) {
     st = write_all(fd, tensors[i].bytes->data(), tensors[i].bytes->size(), path);
   }
@@ -244,19 +271,8 @@ Result<std::string> read_tensor_bytes(const SafetensorsIndex& index, const std::
   int fd = ::open(index.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return io_error("opening {}: {}", index.path, std::strerror(errno));
   std::string bytes(it->second.end - it->second.begin, '\0');
-  size_t done = 0;
-  Status st;
-  while (done < bytes.size()) {
-    ssize_t r = ::pread(fd, bytes.data() + done, bytes.size() - done,
-                        static_cast<off_t>(index.data_start + it->second.begin + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      st = r == 0 ? data_loss("{}: truncated while reading tensor {}", index.path, name)
-                  : io_error("reading tensor {} from {}: {}", name, index.path, std::strerror(errno));
-      break;
-    }
-    done += static_cast<size_t>(r);
-  }
+  Status st = pread_fd_all(fd, bytes.data(), bytes.size(), index.data_start + it->second.begin, index.path,
+                           "tensor " + name);
   ::close(fd);
   if (!st.ok()) return st;
   return bytes;

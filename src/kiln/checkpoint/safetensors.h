@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,17 @@ Result<SafetensorsIndex> index_safetensors(const std::string& path);
 Result<std::string> read_tensor_bytes(const SafetensorsIndex& index, const std::string& name);
 Status write_safetensors_raw(const std::string& path, const std::vector<RawTensor>& tensors,
                              const std::map<std::string, std::string>& metadata = {});
+// The bytes a file holding `tensors` (in this order) starts with: the 8-byte length and the
+// padded JSON header, the offsets computed from dtypes and dims alone (`bytes` may be null).
+// write_safetensors_raw writes exactly this, so a writer that streams the tensors' data
+// after it (CheckpointWriter) makes the same file.
+Result<std::string> safetensors_header(const std::string& path, const std::vector<RawTensor>& tensors,
+                                       const std::map<std::string, std::string>& metadata = {});
+
+// Low-level I/O for the streaming readers and writers: all of `data`, retrying short writes
+// and EINTR; exactly `size` bytes at `offset` (end of file: data_loss naming `what`).
+Status write_fd_all(int fd, std::string_view data, const std::string& path);
+Status pread_fd_all(int fd, char* out, size_t size, uint64_t offset, const std::string& path, const std::string& what);
 
 // Writes the tensors in the given order, fsyncs the file. I/O errors (a full disk) are
 // an error naming the file; a partially written file is removed.

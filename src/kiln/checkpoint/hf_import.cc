@@ -1,0 +1,259 @@
+#include "kiln/checkpoint/hf_import.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/checkpoint/mxfp4.h"
+
+namespace kiln::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// The files of the directory, and per file the tensors the index says it holds (checked
+// against the file's header once it is read).
+struct FileList {
+  std::vector<std::string> files;
+  std::map<std::string, std::vector<std::string>> named;  // file -> tensors the index puts there
+};
+
+Result<FileList> list_files(const fs::path& dir) {
+  FileList out;
+  const fs::path index_path = dir / kIndexFile;
+  std::error_code ec;
+  if (!fs::exists(index_path, ec)) {
+    out.files.push_back("model.safetensors");
+    return out;
+  }
+  std::ifstream in(index_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json index = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (index.is_discarded() || !index.is_object()) return invalid_argument("{} is not JSON", index_path.string());
+  // A named copy: items() of the temporary value() returns would dangle.
+  const nlohmann::json weight_map = index.value("weight_map", nlohmann::json::object());
+  if (!weight_map.is_object()) return invalid_argument("{}: weight_map is not an object", index_path.string());
+  std::set<std::string> unique;
+  for (const auto& [name, file] : weight_map.items()) {
+    if (!file.is_string()) return invalid_argument("{}: weight_map[{}] is not a file name", index_path.string(), name);
+    unique.insert(file.get<std::string>());
+    out.named[file.get<std::string>()].push_back(name);
+  }
+  out.files.assign(unique.begin(), unique.end());
+  return out;
+}
+
+// Row-major [rows, cols] -> [cols, rows] for source rows [r0, r1) (src holds just them).
+template <typename T>
+void transpose_rows(const char* src, int64_t r0, int64_t r1, int64_t rows, int64_t cols, char* out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const char* row = src + (r - r0) * cols * static_cast<int64_t>(sizeof(T));
+    for (int64_t c = 0; c < cols; ++c) std::memcpy(out + (c * rows + r) * sizeof(T), row + c * sizeof(T), sizeof(T));
+  }
+}
+
+// Row-major [rows, cols] -> [rows, cols / step], columns first, first + step, ...
+template <typename T>
+void columns_rows(const char* src, int64_t r0, int64_t r1, int64_t cols, int64_t first, int64_t step, char* out) {
+  const int64_t kept = cols / step;
+  for (int64_t r = r0; r < r1; ++r) {
+    const char* row = src + (r - r0) * cols * static_cast<int64_t>(sizeof(T));
+    for (int64_t j = 0; j < kept; ++j) {
+      std::memcpy(out + (r * kept + j) * sizeof(T), row + (first + j * step) * sizeof(T), sizeof(T));
+    }
+  }
+}
+
+template <typename T>
+void apply_rows(const KilnFromHf& t, const char* src, int64_t r0, int64_t r1, char* out) {
+  if (t.transform == HfTransform::kTranspose) {
+    transpose_rows<T>(src, r0, r1, t.rows, t.cols, out);
+  } else {
+    columns_rows<T>(src, r0, r1, t.cols, t.first, t.step, out);
+  }
+}
+
+// An open file descriptor, closed on every path.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+Result<int> open_read(const std::string& path, Fd& holder) {
+  holder.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (holder.fd < 0) return io_error("opening {}: {}", path, std::strerror(errno));
+  return holder.fd;
+}
+
+}  // namespace
+
+Result<HfCheckpoint> HfCheckpoint::open(const std::string& dir) {
+  HfCheckpoint hf;
+  hf.dir_ = dir;
+  KILN_ASSIGN_OR_RETURN(FileList list, list_files(dir));
+  std::map<std::string, const SafetensorsIndex*> owner;  // every tensor name in the files -> its file
+  for (const std::string& f : list.files) {
+    const fs::path path = fs::path(dir) / f;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+      const auto& named = list.named[f];
+      if (named.empty()) return not_found("{}: {} is missing", dir, f);
+      return not_found("{}: {} names {} (for {}{}), which is missing", dir, kIndexFile, f, named.front(),
+                       named.size() > 1 ? fmt::format(" and {} more tensors", named.size() - 1) : "");
+    }
+    KILN_ASSIGN_OR_RETURN(SafetensorsIndex index, index_safetensors(path.string()));
+    hf.file_bytes_ += static_cast<int64_t>(fs::file_size(path, ec));
+    hf.files_.push_back(std::make_unique<SafetensorsIndex>(std::move(index)));
+    const SafetensorsIndex* file = hf.files_.back().get();
+    for (const std::string& name : file->names) {
+      auto [it, fresh] = owner.emplace(name, file);
+      if (!fresh) return invalid_argument("{}: tensor {} appears in two files ({} and {})", dir, name, it->second->path, file->path);
+    }
+    for (const std::string& name : list.named[f]) {
+      if (!file->entries.count(name)) {
+        return data_loss("{}: {} puts tensor {} in {}, which does not hold it", dir, kIndexFile, name, f);
+      }
+    }
+  }
+  // Every tensor as gpt_oss_from_hf sees it: an MXFP4 pair X_blocks + X_scales is X.
+  for (const auto& [name, file] : owner) {
+    const SafetensorsEntry& e = file->entries.at(name);
+    if (name.ends_with("_scales")) {
+      const std::string base = name.substr(0, name.size() - 7);
+      if (!owner.count(base + "_blocks")) return invalid_argument("{}: MXFP4 tensor {} has no {}_blocks beside it", file->path, name, base);
+      continue;  // folded in with its blocks
+    }
+    if (!name.ends_with("_blocks")) {
+      hf.where_[name] = {file, name};
+      hf.shapes_[name] = {e.dtype, e.dims, false};
+      continue;
+    }
+    const std::string base = name.substr(0, name.size() - 7);
+    auto scales = owner.find(base + "_scales");
+    if (scales == owner.end()) return invalid_argument("{}: MXFP4 tensor {} has no {}_scales beside it", file->path, name, base);
+    const SafetensorsEntry& s = scales->second->entries.at(base + "_scales");
+    if (e.dtype != "U8" || s.dtype != "U8") {
+      return invalid_argument("{}: MXFP4 tensors {} and {}_scales must be U8, got {} and {}", file->path, name, base,
+                              e.dtype, s.dtype);
+    }
+    // blocks [P..., R, G, 16] and scales [P..., R, G] -> [P..., G·32, R] (mxfp4.h).
+    const std::vector<int64_t>& bd = e.dims;
+    if (bd.size() < 3 || bd.back() != 16 || s.dims.size() + 1 != bd.size() ||
+        !std::equal(s.dims.begin(), s.dims.end(), bd.begin())) {
+      return invalid_argument("MXFP4 tensor {}: blocks {} and scales {} do not fit [..., R, G, 16] and [..., R, G]",
+                              name, ir::dims_to_string(bd), ir::dims_to_string(s.dims));
+    }
+    if (owner.count(base)) return invalid_argument("{}: tensor {} is there both plain and as MXFP4 {}", dir, base, name);
+    std::vector<int64_t> dims(bd.begin(), bd.end() - 3);
+    dims.push_back(bd[bd.size() - 2] * 32);
+    dims.push_back(bd[bd.size() - 3]);
+    hf.where_[base] = {file, name, scales->second, base + "_scales"};
+    hf.shapes_[base] = {"BF16", dims, true};
+  }
+  return hf;
+}
+
+Result<std::string> HfCheckpoint::produce(const KilnFromHf& t) const {
+  auto it = where_.find(t.source);
+  if (it == where_.end()) return not_found("{}: Hugging Face tensor {} is missing", dir_, t.source);
+  return it->second.scales_file ? produce_mxfp4(t, it->second) : produce_plain(t, it->second);
+}
+
+Result<std::string> HfCheckpoint::produce_plain(const KilnFromHf& t, const Location& at) const {
+  const SafetensorsEntry& e = at.file->entries.at(at.key);
+  const int elem = ir::dtype_size(t.shape.dtype());
+  const uint64_t base = at.file->data_start + e.begin;
+  // The plan came from this entry's dtype and dims; a mismatch is a bug, not bad input.
+  const int64_t src_bytes = static_cast<int64_t>(e.end - e.begin), out_bytes = t.shape.byte_size();
+  bool fits = safetensors_dtype_size(e.dtype) == elem;
+  if (t.transform == HfTransform::kCopy) {
+    fits = fits && src_bytes == out_bytes;
+  } else {
+    const int64_t kept = t.transform == HfTransform::kColumns ? t.cols / t.step : t.cols;
+    fits = fits && t.rows * t.cols * elem == src_bytes && t.rows * kept * elem == out_bytes;
+  }
+  if (!fits) {
+    return internal_error("{}: {} is {} {}, planned as {} for {}", dir_, t.source, e.dtype, ir::dims_to_string(e.dims),
+                          t.shape.to_string(), t.name);
+  }
+  Fd fd;
+  KILN_ASSIGN_OR_RETURN(int f, open_read(at.file->path, fd));
+  std::string out(static_cast<size_t>(t.shape.byte_size()), '\0');
+  const std::string what = "tensor " + at.key;
+  if (t.transform == HfTransform::kCopy) {  // straight into the output: no second copy
+    KILN_RETURN_IF_ERROR(pread_fd_all(f, out.data(), out.size(), base, at.file->path, what));
+    return out;
+  }
+  const int64_t row_bytes = t.cols * elem;
+  const int64_t chunk_rows = std::max<int64_t>(1, kHfImportChunkBytes / std::max<int64_t>(1, row_bytes));
+  std::string chunk;
+  for (int64_t r0 = 0; r0 < t.rows; r0 += chunk_rows) {
+    const int64_t r1 = std::min(t.rows, r0 + chunk_rows);
+    chunk.resize(static_cast<size_t>((r1 - r0) * row_bytes));
+    KILN_RETURN_IF_ERROR(pread_fd_all(f, chunk.data(), chunk.size(), base + r0 * row_bytes, at.file->path, what));
+    switch (elem) {
+      case 1: apply_rows<uint8_t>(t, chunk.data(), r0, r1, out.data()); break;
+      case 2: apply_rows<uint16_t>(t, chunk.data(), r0, r1, out.data()); break;
+      case 4: apply_rows<uint32_t>(t, chunk.data(), r0, r1, out.data()); break;
+      case 8: apply_rows<uint64_t>(t, chunk.data(), r0, r1, out.data()); break;
+      default: return internal_error("{}: element size {} of {}", dir_, elem, t.source);
+    }
+  }
+  return out;
+}
+
+Result<std::string> HfCheckpoint::produce_mxfp4(const KilnFromHf& t, const Location& at) const {
+  const SafetensorsEntry& b = at.file->entries.at(at.key);
+  const SafetensorsEntry& s = at.scales_file->entries.at(at.scales_key);
+  const size_t rank = b.dims.size();
+  const int64_t R = b.dims[rank - 3], G = b.dims[rank - 2];
+  int64_t P = 1;
+  for (size_t i = 0; i + 3 < rank; ++i) P *= b.dims[i];
+  // The dequantized tensor is [P..., G·32, R]: copied whole, or its last dimension's columns.
+  const int64_t first = t.transform == HfTransform::kColumns ? t.first : 0;
+  const int64_t step = t.transform == HfTransform::kColumns ? t.step : 1;
+  if (t.transform == HfTransform::kTranspose || (t.transform == HfTransform::kColumns && t.cols != R) ||
+      P * G * 32 * (R / step) != t.shape.num_elements() ||
+      (t.shape.dtype() != ir::DType::kBF16 && t.shape.dtype() != ir::DType::kF32)) {
+    return internal_error("{}: MXFP4 {} [{} x {} x {}] planned as {} for {}", dir_, t.source, P, G * 32, R,
+                          t.shape.to_string(), t.name);
+  }
+  Fd bfd, sfd;
+  KILN_ASSIGN_OR_RETURN(int bf, open_read(at.file->path, bfd));
+  KILN_ASSIGN_OR_RETURN(int sf, open_read(at.scales_file->path, sfd));
+  std::string out(static_cast<size_t>(t.shape.byte_size()), '\0');
+  const int64_t rows = P * R, row_bytes = G * 16;
+  const int64_t chunk_rows = std::max<int64_t>(1, kHfImportChunkBytes / row_bytes);
+  std::string blocks, scales;
+  for (int64_t q0 = 0; q0 < rows; q0 += chunk_rows) {
+    const int64_t q1 = std::min(rows, q0 + chunk_rows);
+    blocks.resize(static_cast<size_t>((q1 - q0) * row_bytes));
+    scales.resize(static_cast<size_t>((q1 - q0) * G));
+    KILN_RETURN_IF_ERROR(pread_fd_all(bf, blocks.data(), blocks.size(), at.file->data_start + b.begin + q0 * row_bytes,
+                                      at.file->path, "tensor " + at.key));
+    KILN_RETURN_IF_ERROR(pread_fd_all(sf, scales.data(), scales.size(), at.scales_file->data_start + s.begin + q0 * G,
+                                      at.scales_file->path, "tensor " + at.scales_key));
+    dequantize_mxfp4_rows(reinterpret_cast<const unsigned char*>(blocks.data()),
+                          reinterpret_cast<const unsigned char*>(scales.data()), q0, q1, R, G, first, step,
+                          t.shape.dtype(), out.data());
+  }
+  return out;
+}
+
+}  // namespace kiln::checkpoint

@@ -1,0 +1,63 @@
+// A Hugging Face model directory read one tensor at a time: the streaming half of
+// `kiln convert --from hf` (apps/cmd_convert.cc), whose peak memory is one Kiln tensor plus
+// a bounded read buffer instead of the whole model as float64 literals.
+//
+//   KILN_ASSIGN_OR_RETURN(HfCheckpoint hf, HfCheckpoint::open(dir));      // headers only
+//   KILN_ASSIGN_OR_RETURN(auto plan, plan_gpt_oss_from_hf(hf.shapes(), heads));
+//   for (const KilnFromHf& t : plan) { KILN_ASSIGN_OR_RETURN(std::string bytes, hf.produce(t)); ... }
+//
+// open() reads model.safetensors.index.json (or takes model.safetensors alone) and every
+// file's header, and checks them against each other, so a missing file, a tensor the index
+// names but its file lacks, a tensor in two files or half an MXFP4 pair fails before
+// anything is converted, with one line naming the file and tensor. produce() preads only its
+// source's byte ranges, kChunkBytes of them at a time, and transforms them in their dtype
+// (bf16 stays 2 bytes; MXFP4 blocks are dequantized chunk by chunk straight into the
+// output), giving the bytes gpt_oss_from_hf + literal_bytes would (NaN payloads excepted:
+// they are kept here, where the float64 route may quiet them).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/base/status.h"
+#include "kiln/checkpoint/hf_gpt_oss.h"
+#include "kiln/checkpoint/safetensors.h"
+
+namespace kiln::checkpoint {
+
+// Source bytes read at once by produce() beyond the output tensor (at least one row).
+inline constexpr int64_t kHfImportChunkBytes = int64_t{16} << 20;
+
+class HfCheckpoint {
+ public:
+  static Result<HfCheckpoint> open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const HfShapes& shapes() const { return shapes_; }
+  int64_t file_bytes() const { return file_bytes_; }  // all the safetensors files' sizes
+
+  // One planned Kiln tensor's bytes (row-major, little-endian, in t.shape's dtype).
+  Result<std::string> produce(const KilnFromHf& t) const;
+
+ private:
+  // Where a tensor's bytes lie: one file entry, or for MXFP4 its blocks and scales.
+  struct Location {
+    const SafetensorsIndex* file = nullptr;
+    std::string key;
+    const SafetensorsIndex* scales_file = nullptr;  // MXFP4 only
+    std::string scales_key;
+  };
+  Result<std::string> produce_plain(const KilnFromHf& t, const Location& at) const;
+  Result<std::string> produce_mxfp4(const KilnFromHf& t, const Location& at) const;
+
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsIndex>> files_;  // stable addresses for Location
+  std::map<std::string, Location> where_;
+  HfShapes shapes_;
+  int64_t file_bytes_ = 0;
+};
+
+}  // namespace kiln::checkpoint

@@ -1,0 +1,192 @@
+// The streaming `kiln convert --from hf` (hf_import.h, checkpoint_writer.h): byte for byte the
+// checkpoint the in-memory converter wrote (read every file into float64 literals,
+// gpt_oss_from_hf, checkpoint::save; kept below as the reference), on a GPT-OSS in two
+// files with an index, mixed f32/bf16 and MXFP4 experts; a missing file or tensor is one
+// line naming it and writes nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/base/check.h"
+#include "kiln/checkpoint/checkpoint.h"
+#include "kiln/checkpoint/hf_gpt_oss.h"
+#include "kiln/checkpoint/hf_import.h"
+#include "kiln/checkpoint/mxfp4.h"
+#include "kiln/checkpoint/safetensors.h"
+#include "kiln/config/config.h"
+#include "kiln/models/model.h"
+#include "tests/testing/cli.h"
+
+namespace kiln::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path p = fs::path(::testing::TempDir()) / ("kiln_hf_import_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::string file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A small GPT-OSS (D=32, H=2, K=1, Dh=16, E=2, I=32, V=40, 2 layers) in the HF layout: layer 0's
+// experts as MXFP4 blocks + scales, layer 1's gate_up_proj in bf16, the rest f32; split over
+// two files with model.safetensors.index.json.
+void write_hf_fixture(const fs::path& dir) {
+  fs::create_directories(dir);
+  config::LoadOptions lo;
+  lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "vocab_size=40",
+                  "base_num_decoder_layers=2", "base_emb_dim=32", "base_num_query_heads=2", "base_num_kv_heads=1",
+                  "head_dim=16", "base_mlp_dim=32", "base_moe_mlp_dim=32", "num_experts=2", "num_experts_per_tok=1"};
+  auto cfg = config::load(lo);
+  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
+  auto model = models::make_model(*cfg);
+  KILN_CHECK(model.ok());
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  TensorMap kiln;
+  for (const models::ParamSpec& p : (*model)->params()) {
+    std::vector<double> v(static_cast<size_t>(p.shape.num_elements()));
+    for (double& x : v) x = u(rng);
+    kiln[p.name] = ir::Literal(p.shape, v);
+  }
+  auto hf = gpt_oss_to_hf(kiln);
+  KILN_CHECK(hf.ok()) << hf.status().to_string();
+  const std::string e = "model.layers.0.mlp.experts.";
+  hf->erase(e + "gate_up_proj");
+  hf->erase(e + "down_proj");
+  ir::Literal& gu1 = hf->at("model.layers.1.mlp.experts.gate_up_proj");
+  gu1 = ir::Literal(ir::Shape(ir::DType::kBF16, gu1.shape().dims()), gu1.values());
+  // OpenAI layout: gate_up [E, 2I, D/32, 16], down [E, D, I/32, 16]; scales near the bias.
+  std::mt19937 bytes(5);
+  auto random_bytes = [&](int64_t n, int base, int spread) {
+    std::string s(static_cast<size_t>(n), '\0');
+    for (char& c : s) c = static_cast<char>(base + static_cast<int>(bytes() % spread));
+    return s;
+  };
+  const std::string gu_b = random_bytes(2 * 64 * 16, 0, 256), gu_s = random_bytes(2 * 64, 119, 17);
+  const std::string dn_b = random_bytes(2 * 32 * 16, 0, 256), dn_s = random_bytes(2 * 32, 119, 17);
+  std::vector<std::string> payloads;
+  payloads.reserve(hf->size());
+  std::vector<RawTensor> first = {{e + "gate_up_proj_blocks", "U8", {2, 64, 1, 16}, &gu_b},
+                                  {e + "gate_up_proj_scales", "U8", {2, 64, 1}, &gu_s},
+                                  {e + "down_proj_blocks", "U8", {2, 32, 1, 16}, &dn_b},
+                                  {e + "down_proj_scales", "U8", {2, 32, 1}, &dn_s}};
+  std::vector<RawTensor> second;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (const RawTensor& t : first) weight_map[t.name] = "model-00001-of-00002.safetensors";
+  for (const auto& [name, t] : *hf) {
+    payloads.push_back(literal_bytes(t));
+    const bool in_first = name.find("layers.1.") == std::string::npos;
+    (in_first ? first : second).push_back({name, safetensors_dtype(t.shape().dtype()), t.shape().dims(), &payloads.back()});
+    weight_map[name] = in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  KILN_CHECK(write_safetensors_raw((dir / "model-00001-of-00002.safetensors").string(), first).ok());
+  KILN_CHECK(write_safetensors_raw((dir / "model-00002-of-00002.safetensors").string(), second).ok());
+  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::ordered_json{{"weight_map", weight_map}}.dump(2);
+  std::ofstream(dir / "config.json") << R"({"num_attention_heads": 2, "num_experts_per_tok": 1})";
+}
+
+// The converter as it was before streaming: every file into one TensorMap of float64
+// literals (MXFP4 dequantized), gpt_oss_from_hf, then checkpoint::save of the whole state.
+Status reference_convert(const fs::path& in, const fs::path& out) {
+  std::ifstream cfg_in(in / "config.json");
+  const nlohmann::json config = nlohmann::json::parse(cfg_in);
+  TensorMap hf;
+  for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+    KILN_ASSIGN_OR_RETURN(TensorMap part, read_hf_tensors({(in / f).string()}));
+    for (auto& [name, t] : part) hf.emplace(name, std::move(t));
+  }
+  KILN_ASSIGN_OR_RETURN(TensorMap kiln, gpt_oss_from_hf(hf, config["num_attention_heads"].get<int64_t>()));
+  CheckpointState state;
+  for (auto& [name, t] : kiln) state.tensors.push_back(StateTensor::global("params/" + name, t));
+  state.data_iterator = {{"type", "none"}};
+  state.rng = {{"imported_from", "huggingface"}, {"hf_config", config}};
+  KILN_ASSIGN_OR_RETURN(state.config_yaml, gpt_oss_kiln_config(kiln, config));
+  SaveOptions options;
+  options.progress = false;
+  return save(out.string(), state, options);
+}
+
+kiln::testing::CliRun convert(const fs::path& in, const fs::path& out) {
+  return kiln::testing::run_command("KILN_PROGRESS=off " + std::string(KILN_BINARY),
+                                    "convert --from hf --to kiln " + in.string() + " " + out.string());
+}
+
+TEST(HfImport, StreamingImportMatchesTheInMemoryConverterByteForByte) {
+  const fs::path dir = fresh_dir("identity");
+  write_hf_fixture(dir / "hf");
+  ASSERT_TRUE(reference_convert(dir / "hf", dir / "reference").ok());
+  kiln::testing::CliRun run = convert(dir / "hf", dir / "streamed");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (const char* f : {"shard-0.safetensors", "manifest.json"}) {
+    const std::string want = file_bytes(dir / "reference" / "0" / f), got = file_bytes(dir / "streamed" / "0" / f);
+    ASSERT_FALSE(want.empty()) << f;
+    EXPECT_TRUE(want == got) << f << " differs (" << want.size() << " vs " << got.size() << " bytes)";
+  }
+  // The MXFP4 experts became bf16 (the reference's dequantization), the rest kept its dtype.
+  auto reader = CheckpointReader::open((dir / "streamed" / "0").string());
+  ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+  EXPECT_EQ(reader->find("params/layers.0.mlp.wi_0")->shape, ir::Shape(ir::DType::kBF16, {2, 32, 32}));
+  EXPECT_EQ(reader->find("params/layers.1.mlp.wi_1")->shape, ir::Shape(ir::DType::kBF16, {2, 32, 32}));
+  EXPECT_EQ(reader->find("params/layers.1.mlp.wo")->shape.dtype(), ir::DType::kF32);
+}
+
+// The plan is made from the headers alone, so a missing file or tensor fails before a byte
+// is written: one line naming it, and no output directory at all.
+TEST(HfImport, MissingShardFileIsNamedAndNothingIsWritten) {
+  const fs::path dir = fresh_dir("missing_file");
+  write_hf_fixture(dir / "hf");
+  fs::remove(dir / "hf" / "model-00002-of-00002.safetensors");
+  kiln::testing::CliRun run = convert(dir / "hf", dir / "out");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("model-00002-of-00002.safetensors"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("missing"), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+TEST(HfImport, MissingTensorIsNamedAndThePreviousCheckpointIsKept) {
+  const fs::path dir = fresh_dir("missing_tensor");
+  write_hf_fixture(dir / "hf");
+  ASSERT_EQ(convert(dir / "hf", dir / "out").exit_code, 0);
+  const std::string good = file_bytes(dir / "out" / "0" / "manifest.json");
+  // Rewrite the second file without one tensor (the index still names it).
+  const fs::path second = dir / "hf" / "model-00002-of-00002.safetensors";
+  auto file = read_safetensors(second.string());
+  ASSERT_TRUE(file.ok());
+  std::vector<NamedTensor> kept;
+  for (const std::string& name : file->names) {
+    if (name != "model.layers.1.mlp.experts.down_proj") kept.emplace_back(name, &file->tensors.at(name));
+  }
+  ASSERT_TRUE(write_safetensors(second.string(), kept).ok());
+  kiln::testing::CliRun run = convert(dir / "hf", dir / "out");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("model.layers.1.mlp.experts.down_proj"), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  // With the index agreeing (no entry either) the tensor is simply absent: the plan names it.
+  nlohmann::json index = nlohmann::json::parse(file_bytes(dir / "hf" / "model.safetensors.index.json"));
+  index["weight_map"].erase("model.layers.1.mlp.experts.down_proj");
+  std::ofstream(dir / "hf" / "model.safetensors.index.json") << index.dump();
+  run = convert(dir / "hf", dir / "fresh");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("Hugging Face tensor model.layers.1.mlp.experts.down_proj is missing"), std::string::npos)
+      << run.err;
+  EXPECT_FALSE(fs::exists(dir / "fresh"));
+  EXPECT_EQ(file_bytes(dir / "out" / "0" / "manifest.json"), good);
+  EXPECT_EQ(list_steps((dir / "out").string()), std::vector<int64_t>{0});
+}
+
+}  // namespace
+}  // namespace kiln::checkpoint
