@@ -5,7 +5,8 @@
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
 #   make bench   benchmarks (bench/): kernels, the whole step vs PyTorch 1.13, and the peers table
 #                (bench/peers.py: Kiln vs PyTorch 2 eager and torch.compile, JAX/XLA, PyTorch 1.13)
-#   make e2e     long end-to-end checks: bf16 vs f32 loss curves (gpt-oss-tiny 200 steps, gpt-oss-small 100)
+#   make e2e     long end-to-end checks: bf16 vs f32 loss curves (gpt-oss-tiny 200 steps, gpt-oss-small 100),
+#                a model twice a per-process memory cap on 4 MPI ranks, two hosts in network namespaces
 #   make parity  Kiln against Hugging Face transformers' GPT-OSS (logits, loss, every gradient)
 BUILD_DIR ?= build
 # Paths under the checkout hash relative to it, so another clone (CI) reuses the compile cache.
@@ -69,6 +70,9 @@ e2e: build
 	/usr/bin/python3 bench/bf16_loss_curve.py --kiln $(BUILD_DIR)/kiln --steps 200
 	/usr/bin/python3 bench/bf16_loss_curve.py --kiln $(BUILD_DIR)/kiln --model gpt-oss-small --batch 2 --seq 512 \
 	  --steps 100 --lr 1e-3
+	/usr/bin/python3 tests/e2e/bigger_than_process_test.py --kiln $(BUILD_DIR)/kiln --size large \
+	  --mpirun "mpiexec --allow-run-as-root --oversubscribe"
+	tests/e2e/multihost_test.sh $(BUILD_DIR)/kiln
 
 # The community's reference, both ways: Hugging Face transformers' GptOssForCausalLM against
 # kiln forward / the step's gradients (Kiln -> HF and HF -> Kiln, MXFP4 experts included),

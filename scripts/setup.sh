@@ -14,6 +14,8 @@ PACKAGES=(
   python3-venv  # the project's pinned PyPI environment .venv (scripts/setup_venv.sh)
   libsentencepiece-dev  # tokenizer_type=sentencepiece
   libopenmpi-dev openmpi-bin  # runtime: mpirun -np R across processes and hosts (docs/sharding.md)
+  iproute2  # multi-host tests: hosts as network namespaces joined by veth pairs (docs/multihost.md)
+  util-linux  # prlimit: the per-process memory cap of the bigger-than-one-process test
   libpcre2-dev  # tokenizer_type=tiktoken: the split patterns (Unicode properties)
   fortunes  # the default real-text corpus of make run (docs/data.md): /usr/share/games/fortunes
   python3-protobuf protobuf-compiler  # the independent TensorBoard event-file reader (tests/reference)

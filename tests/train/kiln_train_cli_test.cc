@@ -64,10 +64,11 @@ TEST(KilnTrainCli, BadConfigExitsTwoWithOneLine) {
   CliRun r = kiln("train steps=abc");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "kiln: error: steps=abc: expected an integer, got abc\n");
-  CliRun ga = kiln(std::string("train ") + kSmallGptOss + " gradient_accumulation_steps=2 base_output_directory=" +
+  CliRun ga = kiln(std::string("train ") + kSmallGptOss + " gradient_accumulation_steps=0 base_output_directory=" +
                    out_dir("ga"));
   EXPECT_EQ(ga.exit_code, 2);
-  EXPECT_NE(ga.err.find("gradient_accumulation_steps=2"), std::string::npos) << ga.err;
+  EXPECT_NE(ga.err.find("gradient_accumulation_steps=0"), std::string::npos) << ga.err;
+  EXPECT_EQ(ga.err.find('\n'), ga.err.size() - 1) << ga.err;
   EXPECT_EQ(ga.out.find("completed step"), std::string::npos) << ga.out;
 }
 

@@ -17,6 +17,7 @@
 #include "kiln/train/step_program.h"
 #include "kiln/train/synthetic_data.h"
 #include "kiln/train/trainer.h"
+#include "kiln/train/memory_budget.h"
 #include "tests/train/trainer_testing.h"
 #include "tests/train/tiny_models.h"
 
@@ -209,14 +210,6 @@ TEST(Trainer, InfLossStopsTheRun) {
   EXPECT_NE(s.message().find("abort_on_inf_loss"), std::string::npos) << s.message();
 }
 
-TEST(Trainer, RejectsWhatItCannotRunYet) {
-  config::Config ga = tiny_config(temp_dir("ga"), {"gradient_accumulation_steps=2"});
-  auto t = Trainer::create(ga, std::make_unique<testing::TinyLm>(kVocab, kDim), {nullptr, false});
-  ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find("gradient_accumulation_steps"), std::string::npos);
-}
-
 TEST(StartupReport, ReferenceRunAndGptOss20bReportMaxTextsNumbers) {
   config::LoadOptions lo;
   lo.config_path = std::string(KILN_SOURCE_DIR) + "/configs/gpt-oss-3.5b-v6e4.yml";
@@ -240,12 +233,41 @@ TEST(StartupReport, ReferenceRunAndGptOss20bReportMaxTextsNumbers) {
   lines = startup_report(*c20, **m20);
   EXPECT_EQ(lines[0], "number parameters: 20.915 billion");  // 20.91 B
   EXPECT_EQ(lines[1].rfind("active parameters per token: 3.608 billion", 0), 0u) << lines[1];  // 3.61 B
-  // Far too big for a workstation's memory: refused before any work.
-  Status s = check_training_memory((*m20)->params(), ir::DType::kF32, 64.0 * (1 << 30));
+}
+
+// The start-up memory check: the plan's need per device against the process's limit, with
+// the smallest fsdp degree that fits (one device per process) or remat in the one line.
+TEST(MemoryCheck, RefusesWithTheNeedTheLimitAndTheFsdpThatFits) {
+  MemoryCheckInput in;
+  in.per_device = {3LL << 30, 1LL << 29, 1LL << 23};  // state 3 GiB, other 0.5 GiB, stacks 8 MiB
+  in.local_devices = 1;
+  in.global_state_bytes = 3LL << 30;
+  in.fsdp = 1;
+  in.remat_policy = "none";
+  const MemoryLimit two_gib{2LL << 30, "data-size limit (RLIMIT_DATA) 2.00 GiB, 0.00 GiB in use"};
+  Status s = check_memory(in, two_gib);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("GiB"), std::string::npos) << s.message();
-  testing::TinyLm tiny(kVocab, kDim);
-  EXPECT_TRUE(check_training_memory(tiny.params(), ir::DType::kF32, 64.0 * (1 << 30)).ok());
+  EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  EXPECT_NE(s.message().find("3.51 GiB"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("RLIMIT_DATA"), std::string::npos) << s.message();
+  // 3 GiB / 2 + 0.51 GiB = 2.01 GiB > 2 GiB: fsdp 4 is the smallest that fits.
+  EXPECT_NE(s.message().find("ici_fsdp_parallelism=4 "), std::string::npos) << s.message();
+  EXPECT_TRUE(check_memory(in, MemoryLimit{4LL << 30, "x"}).ok());
+  EXPECT_TRUE(check_memory(in, MemoryLimit{}).ok());  // no limit known
+  // Two local devices need twice as much.
+  in.local_devices = 2;
+  EXPECT_FALSE(check_memory(in, MemoryLimit{4LL << 30, "x"}).ok());
+  // Activations alone too big: remat, not fsdp.
+  in.local_devices = 1;
+  in.per_device.other_bytes = 3LL << 30;
+  in.saved_activation_bytes = 2LL << 30;
+  s = check_memory(in, two_gib);
+  EXPECT_NE(s.message().find("remat_policy=full"), std::string::npos) << s.message();
+}
+
+TEST(MemoryCheck, ReadsTheDataSizeLimit) {
+  MemoryLimit before = process_memory_limit();
+  EXPECT_GT(before.bytes, 0);  // at least MemAvailable
 }
 
 TEST(SyntheticData, ShiftedSeededTokensWithPositionsAndOneSegment) {

@@ -66,6 +66,9 @@ class TokenPipeline {
   Batch batch_for_device(int64_t k, const BatchSplit& split, int64_t device) const {
     return batch(k, split.shard_of_device.at(static_cast<size_t>(device)), split.num_shards);
   }
+  // Rows [first, first + count) of global batch k, and only those are read: a process
+  // builds just the rows its devices consume (train/batch_feed.h).
+  Batch rows(int64_t k, int64_t first, int64_t count) const;
   // The next global batch (all rows); advances the state by G samples.
   Batch next();
   // The index k of the next global batch, and moving past it without building it (for a

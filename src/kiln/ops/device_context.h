@@ -38,8 +38,10 @@ struct CollectiveGroup {
   int64_t rank = 0;
 };
 CollectiveGroup collective_group(const ir::Instr& instr);
-// Waits for a collective `instr` started; a timeout or a dead peer aborts with the message
-// (kernels have no error channel; the runtime has already failed the other devices' waits).
+// Waits for a collective `instr` started; a timeout or a dead peer ends the process with one
+// line on stderr and kCollectiveFailedExitCode (kernels have no error channel; the runtime
+// has already failed the other devices' waits).
+inline constexpr int kCollectiveFailedExitCode = 3;
 void wait_for(std::unique_ptr<runtime::Pending> pending, const ir::Instr& instr);
 
 class ScopedDeviceContext {

@@ -91,6 +91,11 @@ struct OpDef {
   // The result depends on the device that runs it (collectives, shard_slice): passes must
   // never evaluate it at compile time (constant folding).
   bool device_dependent = false;
+  // A source that can make any block of its result directly (rng: element values depend on
+  // the global index only, ops/rng.h). Sharding propagation lets its users choose its split,
+  // and the partitioner lowers it to the device's block with a `split` attribute, so a
+  // split value is never made whole first.
+  bool splittable_source = false;
   // A product (dot_general, grouped matmuls) that accumulates in f32 or wider and rounds
   // once to its result: the result may declare a floating dtype other than the operands'
   // (bf16 x bf16 -> f32), which passes use to drop a widening convert after it.

@@ -4,6 +4,7 @@
 #include "kiln/base/check.h"
 #include "kiln/base/hash.h"
 #include "kiln/ops/op_helpers.h"
+#include "kiln/ops/rng.h"
 
 namespace kiln::ops {
 namespace {
@@ -24,50 +25,22 @@ ir::Literal eval_unavailable(const Instr& instr, std::span<const ir::Literal* co
   return ir::Literal();
 }
 
-// ---- rng: counter-based, so element i depends only on (seed, i) ----
-
-// Uniform in [0, 1) with 53 random bits.
-double uniform_at(int64_t seed, int64_t counter, int64_t draw) {
-  uint64_t bits = mix64(hash_combine(mix64(static_cast<uint64_t>(seed)), static_cast<uint64_t>(counter) * 4 + draw));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
-
-double normal_at(int64_t seed, int64_t counter, int64_t attempt) {
-  // Box-Muller on two independent uniforms; 1 - u keeps the log argument in (0, 1].
-  double u1 = 1.0 - uniform_at(seed, counter * 64 + attempt, 0);
-  double u2 = uniform_at(seed, counter * 64 + attempt, 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-}
+// ---- rng: counter-based, so element i depends only on (seed, i) (ops/rng.h) ----
 
 ir::Literal eval_rng(const Instr& instr, std::span<const ir::Literal* const>) {
-  const std::string& dist = instr.attrs().get_string("distribution");
-  int64_t seed = instr.attrs().get_int("seed");
-  int64_t n = instr.shape().num_elements();
-  std::vector<double> out(n);
-  for (int64_t i = 0; i < n; ++i) {
-    if (dist == "uniform") {
-      out[i] = uniform_at(seed, i, 0);
-    } else if (dist == "normal") {
-      out[i] = normal_at(seed, i, 0);
-    } else {
-      // Truncated to [-2, 2] by resampling (as jax.random.truncated_normal's support).
-      double v = 0;
-      for (int attempt = 0; attempt < 64; ++attempt) {
-        v = normal_at(seed, i, attempt);
-        if (std::fabs(v) <= 2.0) break;
-      }
-      out[i] = std::fabs(v) <= 2.0 ? v : 0.0;
-    }
-  }
+  const RngDistribution dist = rng_distribution(instr);
+  const int64_t seed = instr.attrs().get_int("seed");
+  const RngBlock block = rng_block(instr);  // the device's block of a split rng
+  std::vector<double> out(static_cast<size_t>(instr.shape().num_elements()));
+  for_each_global_index(block, instr.shape().dims(), 0, instr.shape().num_elements(),
+                        [&](int64_t local, int64_t global) { out[local] = rng_value(dist, seed, global); });
   // Uniform values must stay below 1 after rounding to a narrow dtype.
-  ir::Literal lit(instr.shape(), std::move(out));
-  if (dist == "uniform") {
-    for (double& v : lit.mutable_values()) {
+  if (dist == RngDistribution::kUniform) {
+    for (double& v : out) {
       if (v >= 1.0) v = std::nextafter(1.0f, 0.0f);
     }
-    lit.round_all();
   }
-  return lit;
+  return ir::Literal(instr.shape(), std::move(out));
 }
 
 ir::Literal eval_iota(const Instr& instr, std::span<const ir::Literal* const>) {
@@ -171,8 +144,10 @@ ENTRY computation @main {
 }
 )"}};
     d.attrs = {{"distribution", AttrKind::kString, true, {"uniform", "normal", "truncated_normal"}},
-               {"seed", AttrKind::kInt}};
+               {"seed", AttrKind::kInt},
+               {"split", AttrKind::kString, false}};
     d.source = true;
+    d.splittable_source = true;
     d.infer = [](const InferContext& c) -> Result<Shape> {
       KILN_ASSIGN_OR_RETURN(Shape s, declared_array(c, "rng"));
       if (!ir::is_floating(s.dtype())) return invalid_argument("rng produces floating point values, not {}", s.to_string());

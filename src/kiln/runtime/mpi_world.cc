@@ -172,7 +172,7 @@ class MpiCollectives final : public Collectives, public Waiter {
     return buf;
   }
   void give_back_scratch(std::vector<char> buf) {
-    if (scratch_pool_.size() < 4) scratch_pool_.push_back(std::move(buf));
+    if (scratch_pool_.size() < kReductionScratchKept) scratch_pool_.push_back(std::move(buf));
   }
 
   // The next collective this device shares with `peer`, as a base tag (both sides count the

@@ -13,6 +13,11 @@
 
 namespace kiln::runtime {
 
+// Receive buffers for reductions that each device keeps between collectives (each as large as
+// the largest reduction it served): memory outside the compiled plan, which the trainer's
+// start-up check adds (train/memory_budget.h).
+inline constexpr int kReductionScratchKept = 4;
+
 class MpiWorld final : public World {
  public:
   // Initializes MPI with MPI_THREAD_MULTIPLE unless it is initialized already; one MpiWorld

@@ -8,6 +8,7 @@
 #include "kiln/base/check.h"
 #include "kiln/ops/builder.h"
 #include "kiln/ops/registry.h"
+#include "kiln/ops/rng.h"
 #include "kiln/passes/all_reduce_combiner.h"
 #include "kiln/passes/registry.h"
 #include "kiln/spmd/ragged_exchange.h"
@@ -203,6 +204,15 @@ class Partitioner {
       }
       default:
         break;
+    }
+    if (ops::op_def(instr.opcode()).splittable_source) {
+      const Spec& s = specs_.at(&instr);
+      if (s.num_shards(mesh_) > 1) {
+        // The device's block, made directly (ops/rng.h): never whole, then sliced.
+        ir::Attrs attrs = instr.attrs();
+        attrs.set("split", ops::format_split(s.to_ir()));
+        return Local{b_->emit(instr.opcode(), {}, attrs, s.local_shape(instr.shape(), mesh_)), s};
+      }
     }
     if (std::optional<BatchTupleRule> rule = batch_tuple_rule(instr)) {
       auto it = specs_.find(&instr);

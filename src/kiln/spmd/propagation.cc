@@ -109,6 +109,8 @@ class Propagator {
   // The result split implied by the operands (nullopt: undecided).
   std::optional<Spec> forward(const Instr& instr) {
     int rank = instr.shape().rank();
+    // Made at any split (rng): its users choose; unrequested, it ends replicated.
+    if (ops::op_def(instr.opcode()).splittable_source) return std::nullopt;
     if ((instr.opcode() == Opcode::kGroupedMatmul || instr.opcode() == Opcode::kGroupedMatmulWeightGrad) &&
         instr.operand(0)->shape().rank() == 3) {  // entries on their expert blocks (ragged_exchange.h)
       auto x = specs.find(instr.operand(0));

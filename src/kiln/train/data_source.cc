@@ -14,15 +14,16 @@ namespace kiln::train {
 
 namespace {
 
-// The shards at `path`, packed into global batches of micro_batch_size rows of
-// max_target_length tokens (docs/data.md). Errors carry "dataset_path=...".
+// The shards at `path`, packed into batches of `rows` rows of max_target_length tokens
+// (docs/data.md): the global batch of a step (every micro-batch of it) for training, one
+// micro-batch for eval. Errors carry "dataset_path=...".
 Result<std::unique_ptr<data::TokenPipeline>> open_pipeline(const config::Config& config, const std::string& path,
-                                                           data::Split split) {
+                                                           data::Split split, int64_t rows) {
   const std::string context = "dataset_path=" + config.get_string("dataset_path");
   Result<std::vector<std::unique_ptr<data::Shard>>> shards = data::open_shards(path);
   if (!shards.ok()) return shards.status().with_context(context);
   data::PipelineOptions o;
-  o.global_batch = config.derived().micro_batch_size;
+  o.global_batch = rows;
   o.seq_len = config.get_int("max_target_length");
   o.model_vocab = config.get_int("vocab_size");
   o.add_bos = config.get_bool("add_bos");
@@ -76,16 +77,18 @@ Result<DataSources> open_data_sources(const config::Config& config) {
   }
   const config::Derived& d = config.derived();
   const bool eval = config.get_int("eval_interval") > 0;
-  KILN_ASSIGN_OR_RETURN(out.train, open_pipeline(config, shards, eval ? data::Split::kTrain : data::Split::kAll));
+  KILN_ASSIGN_OR_RETURN(out.train, open_pipeline(config, shards, eval ? data::Split::kTrain : data::Split::kAll,
+                                                 d.global_batch_size));
   data::BatchSplit split = data::make_batch_split(d.mesh, d.logical_axis_rules);
   KILN_RETURN_IF_ERROR(split.check_batch(d.micro_batch_size));
   out.report.push_back(fmt::format("data: token shards from {}: {} sequences of {} tokens per epoch (packing={}, "
-                                   "data_shuffle_seed={}); global batch {} split over {} data shard(s) [{}]",
+                                   "data_shuffle_seed={}); global batch {} ({} micro-batch(es)) split over {} data shard(s) [{}]",
                                    shards, out.train->samples_per_epoch(), config.get_int("max_target_length"),
                                    config.get_bool("packing"), config.get_int("data_shuffle_seed"),
-                                   d.micro_batch_size, split.num_shards, fmt::join(split.axes, ", ")));
+                                   d.global_batch_size, config.get_int("gradient_accumulation_steps"),
+                                   split.num_shards, fmt::join(split.axes, ", ")));
   if (eval) {
-    KILN_ASSIGN_OR_RETURN(out.eval, open_pipeline(config, shards, data::Split::kEval));
+    KILN_ASSIGN_OR_RETURN(out.eval, open_pipeline(config, shards, data::Split::kEval, d.micro_batch_size));
     out.eval_interval = config.get_int("eval_interval");
     const int64_t whole = std::max<int64_t>(1, out.eval->samples_per_epoch() / d.micro_batch_size);
     out.eval_batches = config.get_int("eval_steps") > 0 ? config.get_int("eval_steps") : whole;

@@ -6,6 +6,7 @@
 
 #include "kiln/base/check.h"
 #include "kiln/ops/device_context.h"
+#include "kiln/runtime/mpi_world.h"
 #include "kiln/runtime/run_on_devices.h"
 
 namespace kiln::train {
@@ -102,6 +103,34 @@ class ShardedRunner : public StepRunner {
   Status set_arg_bytes(int64_t index, const std::string& bytes, int64_t local) override {
     return runners_.at(local)->set_arg_bytes(index, bytes, 0);
   }
+  int64_t runtime_scratch_bytes() const override {
+    if (world_->num_ranks() == 1) return 0;
+    int64_t largest = 0;
+    for (const auto& instr : local_.module->entry()->instructions()) {
+      if (instr->opcode() == ir::Opcode::kAllReduce || instr->opcode() == ir::Opcode::kReduceScatter) {
+        largest = std::max(largest, instr->operand(0)->shape().byte_size());
+      }
+    }
+    return largest * runtime::kReductionScratchKept;
+  }
+  Status set_local_arg(int64_t index, const ir::Literal& value, int64_t local) override {
+    const ir::Shape& want = local_.module->entry()->param(static_cast<int>(index))->shape();
+    if (!(value.shape() == want)) {
+      return internal_error("local device {} takes argument {} as {}, got {}", local, index, want.to_string(),
+                            value.shape().to_string());
+    }
+    runners_.at(local)->set_arg(index, value);
+    return ok_status();
+  }
+  Status set_arg_buffer(int64_t index, backend::Buffer value, int64_t local) override {
+    return runners_.at(local)->set_arg_buffer(index, std::move(value), 0);
+  }
+  Status run_on_local_devices(const std::function<Status(int64_t local)>& fn) override {
+    return runtime::run_on_devices(*world_, [&](int64_t d) {
+      ops::ScopedDeviceContext scope(&contexts_[d]);
+      return fn(d);
+    });
+  }
   int64_t broadcast_from_rank0(int64_t value) const override {
     if (world_->num_ranks() == 1) return value;
     const int64_t n = world_->local_devices(), total = mesh_.num_devices();
@@ -188,7 +217,10 @@ Result<spmd::PartitionOptions> step_partition_options(const config::Config& conf
   for (int field = 0; field < 4; ++field) {
     const ir::Shape& shape = entry.param(static_cast<int>(program.batch_arg(field)))->shape();
     std::vector<std::string> notes;
-    ir::Sharding s = o.rules.resolve({"activation_batch", "activation_length"}, shape.dims(), o.mesh, &notes);
+    // [rows, seq] or, accumulating gradients, [micro-batches, rows, seq]: micro-batches whole.
+    std::vector<std::string> logical = {"activation_batch", "activation_length"};
+    if (shape.rank() == 3) logical.insert(logical.begin(), "");
+    ir::Sharding s = o.rules.resolve(logical, shape.dims(), o.mesh, &notes);
     if (!notes.empty()) {
       return invalid_argument("the batch {}: {} (per_device_batch_size × devices must divide over the batch axes)",
                               shape.to_string(), notes.front());

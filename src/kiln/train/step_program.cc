@@ -34,6 +34,11 @@ Result<StepProgramOptions> StepProgramOptions::from_config(const config::Config&
   KILN_ASSIGN_OR_RETURN(o.schedule, optim::ScheduleOptions::from_config(config));
   o.clip_threshold = config.get_float("gradient_clipping_threshold");
   o.batch = config.derived().micro_batch_size;
+  o.accumulation = config.get_int("gradient_accumulation_steps");
+  if (o.accumulation < 1) {
+    return invalid_argument("gradient_accumulation_steps={}: expected a positive number of micro-batches",
+                            o.accumulation);
+  }
   o.seq_len = config.get_int("max_target_length");
   o.weight_copies = config.get_bool("bf16_weight_copy") && config.get_string("dtype") == "bfloat16" &&
                     config.get_string("weight_dtype") == "float32";
@@ -49,6 +54,76 @@ Result<Tensor> scalar_f32(Graph& g, const Tensor& t, const char* what) {
     return invalid_argument("the model's {} must be a floating-point scalar, got {}", what, t.shape().to_string());
   }
   return t.astype(DType::kF32);
+}
+
+Status check_loss(const models::LossOutputs& losses) {
+  if (!losses.loss.valid() || losses.loss.rank() != 0 || losses.loss.dtype() != DType::kF32) {
+    return invalid_argument("the model's loss must be an f32 scalar, got {}",
+                            losses.loss.valid() ? losses.loss.shape().to_string() : "nothing");
+  }
+  return ok_status();
+}
+
+// gradient_accumulation_steps > 1: the micro-batches' forward and backward passes, one after
+// the other in the one program. Micro-batch m's objective is its share of the step's loss,
+//   xent_m / W + z_m · max(W_m, 1) / W + lb_m / k      (W = max(Σ W_m, 1), W_m its target tokens)
+// so the summed objectives are the loss of the whole global batch with every target token
+// weighted equally (MaxText's normalisation); the load-balance loss, a function of each
+// micro-batch's routing, is their mean. Each objective is differentiated on its own: its
+// backward pass needs only its own forward pass's activations (and W, from the targets), so
+// the memory scheduler can free them before the next micro-batch, and activation memory does
+// not grow with k. Metrics: loss, xent_sum, total_weights and z_loss of the global batch,
+// moe_lb_loss and expert_load averaged over the micro-batches.
+Result<models::LossOutputs> accumulate_micro_batches(Graph& g, const models::Model& model,
+                                                     const std::vector<Tensor>& params, const models::Batch& batch,
+                                                     const StepProgramOptions& options,
+                                                     const std::vector<ir::Instr*>& wrt, std::vector<Tensor>* grads) {
+  const int64_t k = options.accumulation;
+  auto micro = [&](const Tensor& field, int64_t m) {
+    return field.slice(0, m, m + 1).reshape({options.batch, options.seq_len});
+  };
+  std::vector<models::LossOutputs> parts;
+  Tensor all_weights;
+  for (int64_t m = 0; m < k; ++m) {
+    auto scope = g.scope("micro_batch_" + std::to_string(m));
+    models::Batch b{micro(batch.inputs, m), micro(batch.targets, m), micro(batch.positions, m),
+                    micro(batch.segmentation, m)};
+    parts.push_back(model.loss(g, params, b));
+    KILN_RETURN_IF_ERROR(check_loss(parts.back()));
+    KILN_ASSIGN_OR_RETURN(Tensor w, scalar_f32(g, parts.back().total_weights, "total_weights"));
+    all_weights = m == 0 ? w : all_weights + w;
+  }
+  auto scope = g.scope("accumulation");
+  const Tensor denominator = frontend::stop_gradient(frontend::maximum(all_weights, 1.0));
+  models::LossOutputs out;
+  for (int64_t m = 0; m < k; ++m) {
+    const models::LossOutputs& p = parts[m];
+    KILN_ASSIGN_OR_RETURN(Tensor xent, scalar_f32(g, p.xent_sum, "xent_sum"));
+    KILN_ASSIGN_OR_RETURN(Tensor w, scalar_f32(g, p.total_weights, "total_weights"));
+    KILN_ASSIGN_OR_RETURN(Tensor z, scalar_f32(g, p.z_loss, "z_loss"));
+    KILN_ASSIGN_OR_RETURN(Tensor lb, scalar_f32(g, p.moe_lb_loss, "moe_lb_loss"));
+    const Tensor z_share = z * frontend::stop_gradient(frontend::maximum(w, 1.0) / denominator);
+    const Tensor objective = xent / denominator + z_share + lb / static_cast<double>(k);
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Instr*> grad_instrs,
+                          autodiff::gradients(g.computation(), objective.instr(), wrt));
+    for (size_t i = 0; i < grad_instrs.size(); ++i) {
+      Tensor gi(&g, grad_instrs[i]);
+      if (m == 0) {
+        grads->push_back(gi);
+      } else {
+        (*grads)[i] = (*grads)[i] + gi;
+      }
+    }
+    out.loss = m == 0 ? objective : out.loss + objective;
+    out.xent_sum = m == 0 ? xent : out.xent_sum + xent;
+    out.z_loss = m == 0 ? z_share : out.z_loss + z_share;
+    out.moe_lb_loss = m == 0 ? lb : out.moe_lb_loss + lb;
+    if (p.expert_load.valid()) out.expert_load = m == 0 ? p.expert_load : out.expert_load + p.expert_load;
+  }
+  out.total_weights = all_weights;
+  out.moe_lb_loss = out.moe_lb_loss / static_cast<double>(k);
+  if (out.expert_load.valid()) out.expert_load = out.expert_load / static_cast<double>(k);
+  return out;
 }
 
 }  // namespace
@@ -72,28 +147,34 @@ Result<StepProgram> build_step_program(const models::Model& model, const StepPro
   }
   for (const auto& s : specs) nu.push_back(g.parameter("opt_state.nu." + s.name, s.shape, s.axes));
   Tensor step = g.parameter("step", frontend::s32({}));
-  const std::vector<std::string> batch_axes = {"activation_embed_and_logits_batch", "activation_length"};
-  auto batch_shape = frontend::s32({options.batch, options.seq_len});
+  const int64_t k = options.accumulation;
+  std::vector<std::string> batch_axes = {"activation_embed_and_logits_batch", "activation_length"};
+  std::vector<int64_t> batch_dims = {options.batch, options.seq_len};
+  if (k > 1) {  // micro-batches outermost, never split: each device slices its own rows
+    batch_axes.insert(batch_axes.begin(), "accumulation_steps");
+    batch_dims.insert(batch_dims.begin(), k);
+  }
+  auto batch_shape = frontend::s32(batch_dims);
   models::Batch batch;
   batch.inputs = g.parameter("batch.inputs", batch_shape, batch_axes);
   batch.targets = g.parameter("batch.targets", batch_shape, batch_axes);
   batch.positions = g.parameter("batch.positions", batch_shape, batch_axes);
   batch.segmentation = g.parameter("batch.segmentation", batch_shape, batch_axes);
 
-  // Forward: the model's loss.
-  models::LossOutputs losses = model.loss(g, params, batch);
-  if (!losses.loss.valid() || losses.loss.rank() != 0 || losses.loss.dtype() != DType::kF32) {
-    return invalid_argument("the model's loss must be an f32 scalar, got {}",
-                            losses.loss.valid() ? losses.loss.shape().to_string() : "nothing");
-  }
-
-  // Backward: d loss / d params, appended to the same computation.
   std::vector<ir::Instr*> wrt;
   for (const Tensor& p : params) wrt.push_back(p.instr());
-  KILN_ASSIGN_OR_RETURN(std::vector<ir::Instr*> grad_instrs,
-                        autodiff::gradients(g.computation(), losses.loss.instr(), wrt));
+  models::LossOutputs losses;
   std::vector<Tensor> grads;
-  for (ir::Instr* gi : grad_instrs) grads.push_back(Tensor(&g, gi));
+  if (k == 1) {
+    // Forward: the model's loss; backward: d loss / d params, appended to the same computation.
+    losses = model.loss(g, params, batch);
+    KILN_RETURN_IF_ERROR(check_loss(losses));
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Instr*> grad_instrs,
+                          autodiff::gradients(g.computation(), losses.loss.instr(), wrt));
+    for (ir::Instr* gi : grad_instrs) grads.push_back(Tensor(&g, gi));
+  } else {
+    KILN_ASSIGN_OR_RETURN(losses, accumulate_micro_batches(g, model, params, batch, options, wrt, &grads));
+  }
   // The forward and backward read each weight's bf16 copy instead of casting it (after
   // autodiff: the casts' adjoints already carry the gradients to the f32 parameters).
   const int64_t copies_begin = static_cast<int64_t>(g.parameters().size());

@@ -47,7 +47,13 @@ struct StepProgramOptions {
   optim::AdamWOptions adamw;
   optim::ScheduleOptions schedule;
   double clip_threshold = 1.0;  // gradient_clipping_threshold (0 = off)
-  int64_t batch = 1;            // sequences per step (the micro batch: per-device × devices)
+  int64_t batch = 1;            // sequences per micro-batch (per-device × devices)
+  // gradient_accumulation_steps: micro-batches per optimizer step, all inside the one step
+  // program. With more than one, the batch arguments are [accumulation, batch, seq_len]
+  // (micro-batch m is rows m·batch .. (m+1)·batch - 1 of the global batch), each
+  // micro-batch is differentiated on its own and the gradients are summed, the loss
+  // normalised over all micro-batches' target tokens (MaxText's semantics).
+  int64_t accumulation = 1;
   int64_t seq_len = 1;          // max_target_length
   // bf16_weight_copy with dtype=bfloat16 and weight_dtype=float32: the bf16 copy of every
   // weight the model casts to bf16 is step state written by AdamW (train/weight_copies.h).

@@ -21,6 +21,11 @@ Status StepRunner::set_arg_bytes(int64_t index, const std::string& bytes, int64_
   return ok_status();
 }
 
+Status StepRunner::set_arg_buffer(int64_t index, backend::Buffer value, int64_t local) {
+  return set_arg_bytes(index, std::string(static_cast<const char*>(value.data()), static_cast<size_t>(value.byte_size())),
+                       local);
+}
+
 namespace {
 
 const ir::Shape& arg_shape(const StepProgram& program, int64_t index) {
@@ -108,6 +113,16 @@ class CompiledRunner : public StepRunner {
     backend::Buffer b(shape);
     std::memcpy(b.data(), bytes.data(), bytes.size());
     args_[index] = std::move(b);
+    return ok_status();
+  }
+  Status set_arg_buffer(int64_t index, backend::Buffer value, int64_t local) override {
+    KILN_CHECK(local == 0);
+    const ir::Shape& shape = arg_shape(program_, index);
+    if (!(value.shape() == shape)) {
+      return invalid_argument("argument {} is {}, got a buffer of {}", index, shape.to_string(),
+                              value.shape().to_string());
+    }
+    args_[index] = std::move(value);
     return ok_status();
   }
   const char* name() const override { return "compiled CPU executable"; }

@@ -7,6 +7,7 @@
 // step) replace the state arguments, and the metric outputs can be read.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,22 @@ class StepRunner {
   // Local device `local`'s shard of argument `index`: row-major little-endian bytes in its dtype.
   virtual std::string arg_bytes(int64_t index, int64_t local = 0) const;
   virtual Status set_arg_bytes(int64_t index, const std::string& bytes, int64_t local = 0);
+  // Local device `local`'s shard of argument `index` from a buffer of its local shape,
+  // without a copy where the runner holds Buffers (the initial state is born this way).
+  virtual Status set_arg_buffer(int64_t index, backend::Buffer value, int64_t local = 0);
+  // Local device `local`'s own value of argument `index` (its local shape: a batch's rows),
+  // never a global value; one device: set_arg.
+  virtual Status set_local_arg(int64_t index, const ir::Literal& value, int64_t local) {
+    if (local != 0) return internal_error("{} has one device, not local device {}", name(), local);
+    set_arg(index, value);
+    return ok_status();
+  }
+  // Memory one local device's runtime holds outside the compiled plan (MPI reduction
+  // buffers); 0 without one.
+  virtual int64_t runtime_scratch_bytes() const { return 0; }
+  // Runs fn(local) for every local device, each on its own thread with its device context
+  // installed (a split rng or a collective reads it); one device: fn(0) on this thread.
+  virtual Status run_on_local_devices(const std::function<Status(int64_t local)>& fn) { return fn(0); }
   // Collective over the MPI ranks (every rank calls it at the same point): returns rank 0's
   // `value` on every rank, so it is also a barrier. One process: `value`.
   virtual int64_t broadcast_from_rank0(int64_t value) const { return value; }

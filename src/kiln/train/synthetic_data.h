@@ -24,12 +24,16 @@ struct HostBatch {
 class SyntheticData {
  public:
   SyntheticData(int64_t batch, int64_t seq_len, int64_t vocab, uint64_t seed, bool reuse);
-  // micro_batch_size × max_target_length over vocab_size, seeded by data_shuffle_seed.
+  // global_batch_size (every micro-batch) × max_target_length over vocab_size, seeded by data_shuffle_seed.
   static SyntheticData from_config(const config::Config& config);
 
   HostBatch next();
+  // The number of the next batch (0 with reuse_example_batch), moving past it.
+  int64_t take();
   // Batch number k, whatever the iterator position.
   HostBatch batch(int64_t k) const;
+  // Rows [first, first + count) of batch k alone (equal to those rows of batch(k)).
+  HostBatch rows(int64_t k, int64_t first, int64_t count) const;
 
  private:
   int64_t batch_, seq_len_, vocab_;

@@ -12,10 +12,12 @@
 
 #include "kiln/base/check.h"
 #include "kiln/train/data_source.h"
+#include "kiln/train/memory_budget.h"
+#include "kiln/train/state_init.h"
 #include "kiln/train/weight_copies.h"
-#include "kiln/interp/interpreter.h"
 #include "kiln/report/report.h"
 #include "kiln/runtime/run_on_devices.h"
+#include "kiln/spmd/mesh.h"
 
 namespace kiln::train {
 
@@ -51,36 +53,7 @@ std::string grouped(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-Status check_supported(const config::Config& config) {
-  if (config.get_int("gradient_accumulation_steps") != 1) {
-    return invalid_argument("gradient_accumulation_steps={}: the trainer does not accumulate gradients yet; use 1",
-                            config.get_int("gradient_accumulation_steps"));
-  }
-  return ok_status();
-}
-
 }  // namespace
-
-Status check_training_memory(const std::vector<models::ParamSpec>& specs, ir::DType mu_dtype, double memory_bytes) {
-  double state_bytes = 0, params = 0;
-  for (const auto& s : specs) {
-    double n = static_cast<double>(s.shape.num_elements());
-    params += n;
-    state_bytes += n * (2.0 * ir::dtype_size(s.shape.dtype()) + ir::dtype_size(mu_dtype));
-  }
-  double need = state_bytes + 8.0 * params;  // + the init program's float64 host copy
-  if (memory_bytes <= 0) {
-    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page_size <= 0) return ok_status();
-    memory_bytes = static_cast<double>(pages) * static_cast<double>(page_size);
-  }
-  if (need <= memory_bytes) return ok_status();
-  return failed_precondition(
-      "{} parameters need at least {:.1f} GiB for the training state and its initialisation, more than this "
-      "machine's {:.1f} GiB; shrink the model (override_model_config=true with smaller base_* keys) until the "
-      "sharded runtime exists",
-      grouped(static_cast<int64_t>(params)), need / (1 << 30), memory_bytes / (1 << 30));
-}
 
 std::vector<std::string> startup_report(const config::Config& config, const models::Model& model) {
   std::vector<std::string> lines;
@@ -111,7 +84,6 @@ void Trainer::print(const std::string& line) const {
 Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, std::unique_ptr<models::Model> model,
                                                  TrainerOptions options) {
   KILN_CHECK(model != nullptr);
-  KILN_RETURN_IF_ERROR(check_supported(config));
   std::unique_ptr<Trainer> t(new Trainer());
   t->model_ = std::move(model);
   t->options_ = options;
@@ -155,7 +127,6 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   // Trace the step: model, gradients, optimizer.
   Clock::time_point trace_start = Clock::now();
   KILN_ASSIGN_OR_RETURN(StepProgramOptions step_options, StepProgramOptions::from_config(config));
-  KILN_RETURN_IF_ERROR(check_training_memory(specs, step_options.adamw.mu_dtype));
   KILN_ASSIGN_OR_RETURN(t->program_, build_step_program(*t->model_, step_options));
   double trace_s = seconds_since(trace_start);
   t->print(fmt::format("traced the training step (loss, gradients, clipping, schedule, AdamW) in {:.3f} s: {} "
@@ -192,25 +163,34 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   if (t->runner_ == nullptr) t->runner_ = make_interpreter_runner(t->program_);
   if (t->eval_tokens_) KILN_RETURN_IF_ERROR(t->build_eval(config));
 
-  // Initial state: parameters from the init program, zero moments, step 0.
-  Clock::time_point init_start = Clock::now();
-  std::unique_ptr<ir::Module> init = build_init_program(specs, config.get_int("init_weights_seed"));
-  KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> initial, interp::run(*init, {}));
-  double init_s = seconds_since(init_start);
-  KILN_CHECK(initial.size() == specs.size());
-  const int64_t n = t->program_.num_params;
-  for (int64_t i = 0; i < n; ++i) {
-    t->runner_->set_arg(t->program_.param_arg(i), initial[i]);
-    t->runner_->set_arg(t->program_.mu_arg(i), ir::Literal(specs[i].shape.with_dtype(step_options.adamw.mu_dtype)));
-    t->runner_->set_arg(t->program_.nu_arg(i), ir::Literal(specs[i].shape));
-  }
-  t->runner_->set_arg(t->program_.step_arg(), ir::Literal::scalar(ir::DType::kS32, 0));
-  t->print(fmt::format("initialised {} parameter tensors in {:.3f} s (init_weights_seed={})", n, init_s,
-                       config.get_int("init_weights_seed")));
+  // Memory, per device, from the compiled plan: refused here, before the state exists.
+  KILN_RETURN_IF_ERROR(t->check_memory(config));
+
+  // Initial state, born sharded: each device computes only its own shard (state_init.h).
+  KILN_ASSIGN_OR_RETURN(InitReport init, init_state(*t->runner_, t->program_, specs, config, step_options.adamw.mu_dtype));
+  const double init_s = init.seconds;
+  t->print(fmt::format("initialised {} parameter tensors in {:.3f} s (init_weights_seed={}; the init program {}, "
+                       "each device making only its own shards): {:.3f} GiB of state on this process's {} device(s), "
+                       "peak resident memory {:.3f} GiB",
+                       t->program_.num_params, init_s, config.get_int("init_weights_seed"),
+                       init.compiled ? fmt::format("compiled in {:.3f} s", init.compile_seconds)
+                                     : std::string("on the reference interpreter"),
+                       static_cast<double>(init.state_bytes) / (1 << 30), t->runner_->layout().local_devices,
+                       static_cast<double>(init.peak_rss_bytes) / (1 << 30)));
   t->print(fmt::format("compile/trace time: {:.3f} s (trace {:.3f} s, compile {:.3f} s, init {:.3f} s); executor: {}",
                        trace_s + compile_s + init_s, trace_s, compile_s, init_s, t->runner_->name()));
 
   t->data_ = SyntheticData::from_config(config);
+  {
+    const StepRunner::Layout layout = t->runner_->layout();
+    KILN_ASSIGN_OR_RETURN(BatchFeed feed, BatchFeed::make(config, layout.first_device, layout.local_devices));
+    t->feed_ = std::make_unique<BatchFeed>(std::move(feed));
+    if (d.num_devices > 1) {
+      t->print(fmt::format("data: this process builds {} of the {} rows of each global batch (its {} device(s)' "
+                           "shards)",
+                           t->feed_->rows_read(), d.global_batch_size, layout.local_devices));
+    }
+  }
 
   // Checkpoints: resume from the run's latest one, else the load paths (MaxText's order).
   t->checkpointing_ = config.get_bool("enable_checkpointing");
@@ -281,7 +261,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                                           {{"census", compile_census(t->compile_report_)},
                                            {"trace_s", trace_s},
                                            {"compile_s", compile_s},
-                                           {"init_s", init_s}}));
+                                           {"init_s", init_s},
+                                          {"init_compile_s", init.compile_seconds},
+                                          {"init_state_bytes", init.state_bytes},
+                                          {"init_peak_rss_bytes", init.peak_rss_bytes}}));
     if (!t->restored_from_.empty()) {
       KILN_RETURN_IF_ERROR(t->events_.write("checkpoint_restore", t->step_, {{"path", t->restored_from_}}));
     }
@@ -293,6 +276,50 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->runner_->set_observer(t->observer_->instruction_observer());
   t->last_step_end_ = Clock::now();
   return t;
+}
+
+Status Trainer::check_memory(const config::Config& config) {
+  const StepRunner::Layout layout = runner_->layout();
+  const spmd::Mesh mesh = layout.mesh.axes.empty() ? spmd::Mesh() : spmd::Mesh::from_config(layout.mesh);
+  const ir::Computation& entry = *program_.module->entry();
+  const bool interpreted = compile_report_.planned_peak_bytes == 0;
+  int64_t local_state = 0, global_state = 0;
+  for (int64_t arg = 0; arg < program_.num_state(); ++arg) {
+    const ir::Shape& shape = entry.param(static_cast<int>(arg))->shape();
+    const ir::Sharding sharding = runner_->arg_sharding(arg);
+    int64_t shards = 1;
+    for (const auto& axes : sharding.dims) shards *= mesh.size(axes);
+    // The reference interpreter holds every value as a double.
+    const int64_t bytes = interpreted ? shape.num_elements() * 8 : shape.byte_size();
+    global_state += bytes;
+    local_state += bytes / shards;
+  }
+  MemoryCheckInput in;
+  in.per_device = interpreted ? DeviceNeed{local_state, 0, 0}
+                              : device_need(compile_report_, local_state,
+                                            runtime::threads_per_device(config.derived().local_devices));
+  in.per_device.runtime_bytes = runner_->runtime_scratch_bytes();
+  in.local_devices = layout.local_devices;
+  in.global_state_bytes = global_state;
+  in.fsdp = mesh.size("fsdp");
+  in.remat_policy = config.get_string("remat_policy");
+  in.saved_activation_bytes = compile_report_.saved_activation_bytes;
+  const MemoryLimit limit = process_memory_limit();
+  print(fmt::format("memory per device: {:.3f} GiB planned (state {:.3f} GiB, activations and temporaries {:.3f} GiB, "
+                    "thread stacks {:.3f} GiB, collective buffers {:.3f} GiB) × {} local device(s), on top of the "
+                    "{:.3f} GiB this process holds now; it may use {:.2f} GiB more ({})",
+                    static_cast<double>(in.per_device.total()) / (1 << 30),
+                    static_cast<double>(in.per_device.state_bytes) / (1 << 30),
+                    static_cast<double>(in.per_device.other_bytes) / (1 << 30),
+                    static_cast<double>(in.per_device.thread_bytes) / (1 << 30),
+                    static_cast<double>(in.per_device.runtime_bytes) / (1 << 30), in.local_devices,
+                    static_cast<double>(current_resident_bytes()) / (1 << 30),
+                    static_cast<double>(limit.bytes) / (1 << 30), limit.what));
+  // What the process will hold at its peak: what it holds now (code, libraries, the traced
+  // and compiled programs, MPI's buffers) plus what its devices need.
+  const int64_t resident = current_resident_bytes();
+  planned_process_bytes_ = resident + in.per_device.total() * in.local_devices;
+  return train::check_memory(in, limit);
 }
 
 std::vector<ir::Literal> Trainer::params() const {
@@ -310,12 +337,15 @@ Result<StepRecord> Trainer::run_step() {
   observer_->step_begin(step_);
   if (!prefetch_) start_prefetch();
   double data_wait_s = 0;
-  HostBatch batch = prefetch_->next(&data_wait_s);
+  // Each local device's rows of the global batch, as its batch arguments.
+  std::vector<HostBatch> batches = prefetch_->next(&data_wait_s);
   if (tokens_) tokens_->advance();
-  runner_->set_arg(program_.batch_arg(0), batch.inputs);
-  runner_->set_arg(program_.batch_arg(1), batch.targets);
-  runner_->set_arg(program_.batch_arg(2), batch.positions);
-  runner_->set_arg(program_.batch_arg(3), batch.segmentation);
+  for (int64_t d = 0; d < static_cast<int64_t>(batches.size()); ++d) {
+    KILN_RETURN_IF_ERROR(runner_->set_local_arg(program_.batch_arg(0), batches[d].inputs, d));
+    KILN_RETURN_IF_ERROR(runner_->set_local_arg(program_.batch_arg(1), batches[d].targets, d));
+    KILN_RETURN_IF_ERROR(runner_->set_local_arg(program_.batch_arg(2), batches[d].positions, d));
+    KILN_RETURN_IF_ERROR(runner_->set_local_arg(program_.batch_arg(3), batches[d].segmentation, d));
+  }
   runner_->set_arg(program_.step_arg(), ir::Literal::scalar(ir::DType::kS32, static_cast<double>(step_)));
   observer_->span("data wait + feed", "data", to_ns(feed_begin), RunObserver::now_ns());
   KILN_RETURN_IF_ERROR(runner_->run());
@@ -368,16 +398,25 @@ Result<StepRecord> Trainer::run_step() {
 
 void Trainer::start_prefetch() {
   // The producer runs on the prefetch thread only; it reads the pipeline's layout (never its
-  // position, which this thread advances) or numbers synthetic batches.
+  // position, which this thread advances) or numbers synthetic batches. Either way it makes
+  // only this process's rows (batch_feed.h).
+  const BatchFeed* feed = feed_.get();
   if (tokens_) {
     data::TokenPipeline* p = tokens_.get();
-    prefetch_ = std::make_unique<data::Prefetcher<HostBatch>>(
-        [p](int64_t k) { return to_host_batch(p->batch(k)); }, p->next_batch_index(), prefetch_depth_);
+    prefetch_ = std::make_unique<data::Prefetcher<std::vector<HostBatch>>>(
+        [p, feed](int64_t k) {
+          return feed->build([p, k](int64_t first, int64_t count) { return to_host_batch(p->rows(k, first, count)); });
+        },
+        p->next_batch_index(), prefetch_depth_);
   } else {
-    // SyntheticData::next() knows reuse_example_batch; a restore has already skipped ahead.
+    // SyntheticData::take() knows reuse_example_batch; a restore has already skipped ahead.
     SyntheticData* s = &data_;
-    prefetch_ = std::make_unique<data::Prefetcher<HostBatch>>([s](int64_t) { return s->next(); }, 0,
-                                                              prefetch_depth_);
+    prefetch_ = std::make_unique<data::Prefetcher<std::vector<HostBatch>>>(
+        [s, feed](int64_t) {
+          const int64_t k = s->take();
+          return feed->build([s, k](int64_t first, int64_t count) { return s->rows(k, first, count); });
+        },
+        0, prefetch_depth_);
   }
 }
 
@@ -432,7 +471,24 @@ Status Trainer::run() {
     }
     KILN_RETURN_IF_ERROR(events_.write("attribution", step_, {{"step_s", a->step_s}, {"mfu", a->mfu}, {"rows", rows}}));
   }
-  KILN_RETURN_IF_ERROR(events_.write("finish", step_));
+  // The plan beside what the process really held at its peak (VmHWM).
+  const int64_t peak = peak_resident_bytes();
+  if (planned_process_bytes_ > 0 && peak > 0) {
+    // Every rank's own figure: rank 0 on the console, the others on stderr.
+    const StepRunner::Layout layout = runner_->layout();
+    const std::string line = fmt::format(
+        "memory: rank {}/{}: peak resident {:.3f} GiB, planned {:.3f} GiB (its devices' plan and what it held "
+        "before the state) ({:+.1f}%)",
+        layout.rank, layout.num_ranks, static_cast<double>(peak) / (1 << 30),
+        static_cast<double>(planned_process_bytes_) / (1 << 30),
+        100.0 * (static_cast<double>(peak) / static_cast<double>(planned_process_bytes_) - 1.0));
+    if (options_.console != nullptr) {
+      print(line);
+    } else if (layout.rank > 0) {
+      fmt::print(stderr, "{}\n", line);
+    }
+  }
+  KILN_RETURN_IF_ERROR(events_.write("finish", step_, {{"peak_rss_bytes", peak}, {"planned_bytes", planned_process_bytes_}}));
   if (!history_.empty()) {
     const StepRecord& last = history_.back();
     print(fmt::format("finished {} steps: loss {:.3f} -> {:.3f}", history_.size(), history_.front().loss, last.loss));

@@ -34,6 +34,7 @@
 #include "kiln/train/run_events.h"
 #include "kiln/train/observability.h"
 #include "kiln/train/step_program.h"
+#include "kiln/train/batch_feed.h"
 #include "kiln/train/step_runner.h"
 #include "kiln/train/synthetic_data.h"
 
@@ -47,12 +48,6 @@ namespace kiln::train {
 // parameters per token, and "Per train step: Total TFLOPs: ..., split as ...% learnable
 // weight flops and ...% attention flops" (the 2026-02 formula, per device per step).
 std::vector<std::string> startup_report(const config::Config& config, const models::Model& model);
-
-// Fails (failed_precondition, before any work) when the parameters, Adam mu and nu and the
-// init program's float64 copy of the parameters cannot fit in `memory_bytes` (<= 0: this
-// machine's physical memory).
-Status check_training_memory(const std::vector<models::ParamSpec>& specs, ir::DType mu_dtype,
-                             double memory_bytes = 0);
 
 struct TrainerOptions {
   std::FILE* console = stdout;  // start-up report and per-step lines (nullptr: silent)
@@ -119,6 +114,8 @@ class Trainer {
   Status build_eval(const config::Config& config);  // the forward-only eval program
   // The step partitioned over the mesh's devices (trainer_sharded.cc); adds the compile time.
   Status make_sharded_runner(const config::Config& config, double* compile_s);
+  // The start-up memory check (train/memory_budget.h) against the compiled plan.
+  Status check_memory(const config::Config& config);
   checkpoint::CheckpointState snapshot() const;
   // Restores `dir` (a step directory, or a checkpoints directory: its latest) into the state.
   Status restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,
@@ -138,10 +135,13 @@ class Trainer {
   // Batches are built on a background thread (prefetch_depth ahead) from the first step on,
   // starting at the iterator position (after a restore); data_wait is the time a step waits.
   int64_t prefetch_depth_ = 2;
-  std::unique_ptr<data::Prefetcher<HostBatch>> prefetch_;  // after the data it reads
+  // One batch per local device: only the rows its devices consume (batch_feed.h).
+  std::unique_ptr<data::Prefetcher<std::vector<HostBatch>>> prefetch_;  // after the data it reads
   std::unique_ptr<StepRunner> runner_;  // holds the state; declared after program_, which it reads
   int64_t step_ = 0;
   int64_t steps_ = 0;
+  int64_t planned_process_bytes_ = 0;
+  std::unique_ptr<BatchFeed> feed_;  // the rows of each global batch this process's devices take  // this process's devices' planned need (check_memory)
   TrainingFlops flops_;
   double tokens_per_device_ = 0;  // per step
   Peaks peaks_;

@@ -99,8 +99,11 @@ Status Trainer::restore(const std::string& dir, bool full_state, const std::vect
     // The parameters' shapes from the model (mu in mu_dtype): a mismatch names the tensor.
     const ir::Shape& shape = program_.module->entry()->param(static_cast<int>(arg))->shape();
     for (int64_t d = 0; d < layout.local_devices; ++d) {
-      KILN_ASSIGN_OR_RETURN(std::string bytes, state.read_shard(name, shape, runner_->arg_sharding(arg), layout.mesh,
-                                                                layout.first_device + d));
+      // Only the device's block of a larger saved piece is read (a global tensor of a
+      // converted checkpoint, a resume on another mesh): no process holds a whole tensor.
+      KILN_ASSIGN_OR_RETURN(std::string bytes,
+                            state.read_shard(name, shape, runner_->arg_sharding(arg), layout.mesh,
+                                             layout.first_device + d, checkpoint::ShardReadOptions{.partial_reads = true}));
       progress.advance(static_cast<int64_t>(bytes.size()));
       sets.push_back({arg, d, std::move(bytes)});
     }
@@ -133,7 +136,7 @@ Status Trainer::restore(const std::string& dir, bool full_state, const std::vect
       KILN_RETURN_IF_ERROR(tokens_->restore(it));
     } else {
       int64_t consumed = state.data_iterator().value("batches_consumed", state.step());
-      for (int64_t k = 0; k < consumed; ++k) (void)data_.next();
+      for (int64_t k = 0; k < consumed; ++k) (void)data_.take();
     }
     print(fmt::format("restored the full training state of step {} from {} (saved on {}, restored on {})", state.step(),
                       step_dir, state.mesh().to_string(), layout.mesh.to_string()));

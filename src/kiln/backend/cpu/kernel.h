@@ -44,5 +44,6 @@ std::vector<NativeKernelEntry> collective_kernels();
 std::vector<NativeKernelEntry> ragged_all_to_all_kernels();
 std::vector<NativeKernelEntry> sort_kernels();     // sort, topk
 std::vector<NativeKernelEntry> integer_kernels();  // s32 reductions and scatter_add
+std::vector<NativeKernelEntry> rng_kernels();
 
 }  // namespace kiln::backend::cpu

@@ -11,7 +11,8 @@ const std::unordered_multimap<int, NativeKernelEntry>& table() {
   static const auto* t = [] {
     auto* m = new std::unordered_multimap<int, NativeKernelEntry>();
     for (auto* family : {&data_movement_kernels, &reduction_kernels, &gemm_kernels, &attention_kernels, &grouped_matmul_kernels,
-                         &collective_kernels, &ragged_all_to_all_kernels, &sort_kernels, &integer_kernels}) {
+                         &collective_kernels, &ragged_all_to_all_kernels, &sort_kernels, &integer_kernels,
+                         &rng_kernels}) {
       for (auto& e : (*family)()) m->emplace(static_cast<int>(e.opcode), std::move(e));
     }
     return m;
