@@ -6,7 +6,7 @@
 #   make bench   benchmarks (bench/): kernels, the whole step vs PyTorch 1.13, and the peers table
 #                (bench/peers.py: Kiln vs PyTorch 2 eager and torch.compile, JAX/XLA, PyTorch 1.13)
 #   make e2e     long end-to-end checks: bf16 vs f32 loss curves (gpt-oss-tiny 200 steps, gpt-oss-small 100),
-#                a model twice a per-process memory cap on 4 MPI ranks, two hosts in network namespaces
+#                a model 1.8x a per-process memory cap on 4 MPI ranks, two hosts in network namespaces
 #   make parity  Kiln against Hugging Face transformers' GPT-OSS (logits, loss, every gradient)
 BUILD_DIR ?= build
 # Paths under the checkout hash relative to it, so another clone (CI) reuses the compile cache.
