@@ -196,15 +196,15 @@ cmd_dead_host() {
     ici_fsdp_parallelism=4 enable_checkpointing=true checkpoint_period=$period run_name=$name \
     base_output_directory="$out" >"$out/$name.log" 2>&1 &
   pid=$!
-  # wait for the second checkpoint to be complete (its manifest is written last, by rank 0)
+  # wait for the first checkpoint to be complete (its manifest is written last, by rank 0),
+  # then kill at once: the run must still be going (checked below)
   local i
-  for ((i = 0; i < 600; i++)); do
-    [[ -f $out/$name/checkpoints/$((2 * period))/manifest.json ]] && break
+  for ((i = 0; i < 6000; i++)); do
+    [[ -f $out/$name/checkpoints/$period/manifest.json ]] && break
     kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
+    sleep 0.01
   done
-  [[ -f $out/$name/checkpoints/$((2 * period))/manifest.json ]] || { wait "$pid" || true; tail -20 "$out/$name.log"; die "no checkpoint $((2 * period)) appeared"; }
-  sleep 0.5
+  [[ -f $out/$name/checkpoints/$period/manifest.json ]] || { wait "$pid" || true; tail -20 "$out/$name.log"; die "no checkpoint $period appeared"; }
   local victims how
   if ((hang)); then
     # a hung host: its ranks stop (SIGSTOP), its daemon and network stay up; only the
@@ -223,6 +223,7 @@ cmd_dead_host() {
     # shellcheck disable=SC2086
     kill -9 $victims
   fi
+  [[ -n ${victims// /} ]] || die "kiln-h1 has no processes left to kill: the run ended before the kill (use more --dead-steps)"
   say "$how (pids $victims)"
   wait "$pid" || rc=$?
   t_end=$(date +%s.%N)
@@ -235,6 +236,8 @@ cmd_dead_host() {
     "$out/$name.log" || true; } | head -6 | sed 's/^/    /'
   local stop_verdict=PASS
   [[ $rc -ne 0 ]] || stop_verdict=FAIL
+  # the kill must have landed mid-run, before the last step
+  [[ -n $last_step && $last_step -lt $((n - 1)) ]] || stop_verdict=FAIL
   awk -v s="$stop_s" -v t="$timeout_s" 'BEGIN{exit !(s <= t + 15)}' || stop_verdict=FAIL
   local mode=killed
   if ((power_off)); then mode=powered-off; fi

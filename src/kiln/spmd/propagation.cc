@@ -140,6 +140,11 @@ class Propagator {
       }
       return Spec::replicated(rank);
     }
+    // A broadcast waits one round for its users even when its operand is split (a bias split
+    // over fsdp): decided from the operand alone it would be written at the global size of
+    // its new dimensions (the whole batch) and then gathered and sliced to the users' split;
+    // at the users' split only the small operand is gathered.
+    if (defer_replicated && instr.opcode() == Opcode::kBroadcast) return std::nullopt;
     std::vector<std::vector<int>> m = passthrough_map(instr);
     Spec out = Spec::replicated(rank);
     std::set<std::string> used;
