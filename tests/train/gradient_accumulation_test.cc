@@ -1,12 +1,17 @@
 // gradient_accumulation_steps (MaxText's semantics): k micro-batches inside the one compiled
 // step give the losses of the same global batch in one micro-batch, on one device and on
-// meshes.
+// meshes, and the activation memory the compiled plan holds does not grow with k.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "kiln/backend/backend.h"
+#include "kiln/base/check.h"
+#include "kiln/config/config.h"
+#include "kiln/models/model.h"
+#include "kiln/train/step_program.h"
 #include "tests/train/sharded_tiny_run.h"
 
 namespace kiln::train {
@@ -49,6 +54,41 @@ TEST(GradientAccumulation, DataParallelMicroBatches) {
   std::vector<double> want = losses(1, 8, 1, {}, "single_b8_dp");
   std::vector<double> got = losses(4, 1, 2, {"ici_data_parallelism=2", "ici_fsdp_parallelism=2"}, "dp2fsdp2_b1x2");
   expect_equal_losses(got, want);
+}
+
+// The compiled step's plan for k micro-batches of 4 sequences of 128 tokens (activations
+// well above the parameters' 0.3 MB).
+int64_t arena_bytes(int64_t accumulation) {
+  config::LoadOptions lo;
+  lo.overrides = testing::sharded_tiny_overrides(1);
+  for (const std::string& s : {std::string("per_device_batch_size=4"), std::string("max_target_length=128"),
+                               "gradient_accumulation_steps=" + std::to_string(accumulation)}) {
+    lo.overrides.push_back(s);
+  }
+  auto cfg = config::load(lo);
+  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
+  auto model = models::make_model(*cfg);
+  KILN_CHECK(model.ok()) << model.status().to_string();
+  auto options = StepProgramOptions::from_config(*cfg);
+  KILN_CHECK(options.ok()) << options.status().to_string();
+  auto program = build_step_program(**model, *options);
+  KILN_CHECK(program.ok()) << program.status().to_string();
+  backend::CompileOptions compile;
+  for (int64_t i = 0; i < program->num_state(); ++i) compile.donated.push_back({i, i});
+  auto exe = backend::compile_cpu(*program->module, compile);
+  KILN_CHECK(exe.ok()) << exe.status().to_string();
+  return (*exe)->report().arena_bytes;
+}
+
+// Each micro-batch's instructions carry their scheduling stage (ir::Metadata::stage), so one
+// micro-batch's forward and backward passes finish before the next starts: from 2 to 8
+// micro-batches the arena holds one micro-batch's activations, the summed gradients and a
+// few scalars per micro-batch (measured: 4.19 MB at k=1, 6.73 at 2, 7.41 at 4, 8.76 at 8;
+// without the stages, 18.5 MB at 4). The step from 1 to 2 is the gradients' running sum.
+TEST(GradientAccumulation, ActivationMemoryIsFlatInTheNumberOfMicroBatches) {
+  const int64_t one = arena_bytes(1), two = arena_bytes(2), eight = arena_bytes(8);
+  EXPECT_LE(eight, two * 14 / 10) << "arena: k=2 " << two << " bytes, k=8 " << eight;
+  EXPECT_LE(two, one * 17 / 10) << "arena: k=1 " << one << " bytes, k=2 " << two;
 }
 
 }  // namespace

@@ -25,8 +25,12 @@ struct Metadata {
   std::string loc;                  // source location of the model line, "gpt_oss.cc:120"
   std::vector<std::string> axes;    // logical axis names, one per dimension ("" = none)
   std::optional<Sharding> sharding; // mesh sharding, once assigned
+  // A scheduling stage: among instructions ready to run, a lower stage goes first (0: none).
+  // Gradient accumulation numbers each micro-batch's forward and backward pass, so one
+  // micro-batch finishes (and frees its activations) before the next one starts.
+  int32_t stage = 0;
   bool operator==(const Metadata& o) const {
-    return name == o.name && loc == o.loc && axes == o.axes && sharding == o.sharding;
+    return name == o.name && loc == o.loc && axes == o.axes && sharding == o.sharding && stage == o.stage;
   }
 };
 

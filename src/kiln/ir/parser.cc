@@ -395,6 +395,10 @@ class Parser {
         } else if (key == "sharding") {
           KILN_ASSIGN_OR_RETURN(Sharding s, parse_sharding());
           meta.sharding = std::move(s);
+        } else if (key == "stage") {
+          if (tok_.kind != Tok::kNumber) return error("expected a stage number");
+          meta.stage = std::stoi(tok_.text);
+          KILN_RETURN_IF_ERROR(advance());
         } else if (key == "calls") {
           KILN_RETURN_IF_ERROR(expect_punct("{"));
           while (!is_punct("}")) {

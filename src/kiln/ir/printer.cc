@@ -34,6 +34,7 @@ std::string print_instr(const Instr& instr) {
   if (!meta.loc.empty()) out += ", loc=" + quote_string(meta.loc);
   if (!meta.axes.empty()) out += ", axes=" + axes_to_string(meta.axes);
   if (meta.sharding) out += ", sharding=" + meta.sharding->to_string();
+  if (meta.stage != 0) out += ", stage=" + std::to_string(meta.stage);
   return out;
 }
 

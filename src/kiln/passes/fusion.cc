@@ -154,6 +154,7 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
   fusion->mutable_meta().loc = g.root->meta().loc;
   fusion->mutable_meta().axes = g.root->meta().axes;
   fusion->mutable_meta().sharding = g.root->meta().sharding;
+  fusion->mutable_meta().stage = g.root->meta().stage;
   g.root->replace_all_uses_with(fusion);
 }
 

@@ -180,6 +180,9 @@ std::vector<ir::Shape> output_shapes(const Instr* fusion) {
 
 bool can_merge(Instr* producer, Instr* consumer, const ir::Computation& comp, Graph& g) {
   if (!is_fusion(producer) || producer == consumer || kind(producer) != "loop") return false;
+  // Not across scheduling stages (ir::Metadata::stage): the producer's other readers would
+  // wait for the consumer's stage (one micro-batch's backward pass for a later forward pass).
+  if (producer->meta().stage != consumer->meta().stage) return false;
   if (producer->shape().is_tuple()) {
     // A multi-output loop fusion (an earlier merge, e.g. AdamW's update with the bf16 copy):
     // merged whole when every reader takes one element; the tuple as a value is left alone.

@@ -1,7 +1,9 @@
 // The memory-aware list scheduler (memory_scheduler.h) with its two constraints: lazy
 // recomputation and donated outputs after their argument's other readers.
 #include <algorithm>
+#include <limits>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "kiln/base/check.h"
@@ -208,14 +210,16 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   for (int i = 0; i < n; ++i) {
     for (int o : operands[i]) pending_lazy[i] += lazy[o] ? 1 : 0;
   }
-  std::set<std::pair<int64_t, int>> ranked;  // (-score, index)
+  // (stage, -score, index): a lower stage first (ir::Metadata::stage, 0 for most programs),
+  // then the best score, then program order.
+  std::set<std::tuple<int32_t, int64_t, int>> ranked;
   std::vector<int64_t> ranked_score(n, 0);
   std::vector<char> in_ranked(n, 0);
   std::vector<int> waiting_for_recomputation;  // ready, but needing recomputation first
   auto rank = [&](int i) {
     group = {i};
     ranked_score[i] = score(group);
-    ranked.insert({-ranked_score[i], i});
+    ranked.insert({instrs[i]->meta().stage, -ranked_score[i], i});
     in_ranked[i] = 1;
   };
   auto make_ready = [&](int i) {
@@ -237,7 +241,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
       if (--readers_left[b] != 1) continue;
       for (int r : readers_of[b]) {  // the one reader left: its score changed
         if (done[r] || !in_ranked[r]) continue;
-        ranked.erase({-ranked_score[r], r});
+        ranked.erase({instrs[r]->meta().stage, -ranked_score[r], r});
         rank(r);
       }
     }
@@ -250,19 +254,30 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
       rank(u);
     }
   };
+  // The lowest stage among the candidates that wait for recomputation: a stage runs to its
+  // end (recomputation included) before a later stage's ranked candidates.
+  auto lowest_waiting_stage = [&]() {
+    int32_t lowest = std::numeric_limits<int32_t>::max();
+    for (int c : waiting_for_recomputation) lowest = std::min(lowest, instrs[c]->meta().stage);
+    return lowest;
+  };
   while (!ranked.empty() || !waiting_for_recomputation.empty()) {
     int i = -1;
-    if (!ranked.empty()) {
-      i = ranked.begin()->second;
+    if (!ranked.empty() && (waiting_for_recomputation.empty() ||
+                            std::get<0>(*ranked.begin()) <= lowest_waiting_stage())) {
+      i = std::get<2>(*ranked.begin());
       ranked.erase(ranked.begin());
       in_ranked[i] = 0;
     } else {
       // The most recently ready one, then by score and program order. (Groups are scored
       // only here: a group can span many layers' clones.)
+      const int32_t stage = lowest_waiting_stage();
       int64_t newest = -1, best_score = 0;
-      for (int c : waiting_for_recomputation) newest = std::max(newest, ready_since[c]);
       for (int c : waiting_for_recomputation) {
-        if (ready_since[c] != newest) continue;
+        if (instrs[c]->meta().stage == stage) newest = std::max(newest, ready_since[c]);
+      }
+      for (int c : waiting_for_recomputation) {
+        if (ready_since[c] != newest || instrs[c]->meta().stage != stage) continue;
         int64_t s = score(group_of(c));
         if (i < 0 || s > best_score || (s == best_score && c < i)) i = c, best_score = s;
       }

@@ -70,9 +70,9 @@ Status check_loss(const models::LossOutputs& losses) {
 // so the summed objectives are the loss of the whole global batch with every target token
 // weighted equally (MaxText's normalisation); the load-balance loss, a function of each
 // micro-batch's routing, is their mean. Each objective is differentiated on its own: its
-// backward pass needs only its own forward pass's activations (and W, from the targets), so
-// the memory scheduler can free them before the next micro-batch, and activation memory does
-// not grow with k. Metrics: loss, xent_sum, total_weights and z_loss of the global batch,
+// backward pass needs only its own forward pass's activations (and W, from the batch's
+// segment ids), and each micro-batch's instructions carry their own scheduling stage, so
+// the scheduler finishes one micro-batch and frees its activations before the next starts. Metrics: loss, xent_sum, total_weights and z_loss of the global batch,
 // moe_lb_loss and expert_load averaged over the micro-batches.
 Result<models::LossOutputs> accumulate_micro_batches(Graph& g, const models::Model& model,
                                                      const std::vector<Tensor>& params, const models::Batch& batch,
@@ -82,21 +82,37 @@ Result<models::LossOutputs> accumulate_micro_batches(Graph& g, const models::Mod
   auto micro = [&](const Tensor& field, int64_t m) {
     return field.slice(0, m, m + 1).reshape({options.batch, options.seq_len});
   };
+  // Every instruction made for micro-batch m (its forward pass, its backward pass, its
+  // gradients' sum) gets scheduling stage m + 1, so the scheduler runs one micro-batch to
+  // the end before the next starts.
+  ir::Computation& comp = g.computation();
+  auto mark_stage = [&](size_t from, int64_t m) {
+    const auto& instrs = comp.instructions();
+    for (size_t i = from; i < instrs.size(); ++i) instrs[i]->mutable_meta().stage = static_cast<int32_t>(m + 1);
+  };
   std::vector<models::LossOutputs> parts;
   Tensor all_weights;
   for (int64_t m = 0; m < k; ++m) {
+    const size_t first = comp.instructions().size();
     auto scope = g.scope("micro_batch_" + std::to_string(m));
     models::Batch b{micro(batch.inputs, m), micro(batch.targets, m), micro(batch.positions, m),
                     micro(batch.segmentation, m)};
     parts.push_back(model.loss(g, params, b));
     KILN_RETURN_IF_ERROR(check_loss(parts.back()));
     KILN_ASSIGN_OR_RETURN(Tensor w, scalar_f32(g, parts.back().total_weights, "total_weights"));
-    all_weights = m == 0 ? w : all_weights + w;
+    mark_stage(first, m);
+    all_weights = m == 0 ? w : all_weights + w;  // the metric
   }
   auto scope = g.scope("accumulation");
-  const Tensor denominator = frontend::stop_gradient(frontend::maximum(all_weights, 1.0));
+  // W from the batch alone (segment id 0 is padding, models::Batch), so it is ready before
+  // any micro-batch runs and no micro-batch's backward pass waits for a later forward pass.
+  const Tensor counted = frontend::not_equal(batch.segmentation,
+                                             g.full(batch.segmentation.dims(), 0.0, ir::DType::kS32));
+  const Tensor target_tokens = frontend::where(counted, g.full(batch.segmentation.dims(), 1.0), 0.0).sum();
+  const Tensor denominator = frontend::stop_gradient(frontend::maximum(target_tokens, 1.0));
   models::LossOutputs out;
   for (int64_t m = 0; m < k; ++m) {
+    const size_t first = comp.instructions().size();
     const models::LossOutputs& p = parts[m];
     KILN_ASSIGN_OR_RETURN(Tensor xent, scalar_f32(g, p.xent_sum, "xent_sum"));
     KILN_ASSIGN_OR_RETURN(Tensor w, scalar_f32(g, p.total_weights, "total_weights"));
@@ -119,6 +135,7 @@ Result<models::LossOutputs> accumulate_micro_batches(Graph& g, const models::Mod
     out.z_loss = m == 0 ? z_share : out.z_loss + z_share;
     out.moe_lb_loss = m == 0 ? lb : out.moe_lb_loss + lb;
     if (p.expert_load.valid()) out.expert_load = m == 0 ? p.expert_load : out.expert_load + p.expert_load;
+    mark_stage(first, m);
   }
   out.total_weights = all_weights;
   out.moe_lb_loss = out.moe_lb_loss / static_cast<double>(k);
