@@ -19,7 +19,7 @@ ENTRY computation @main {
   %c.3 = f32[3] constant({1, -2.5, inf})
   %s.4 = bf16[] constant(0.33398438), loc="block.cc:12"
   %p.5 = pred[2] constant({1, 0})
-  %b.6 = f32[2,4] broadcast(%c.3), dims={}, note="a \"quoted\" string", scale=0.5
+  %b.6 = f32[2,4] broadcast(%c.3), dims={}, note="a \"quoted\" string", scale=0.5, stage=2
   %t.7 = (f32[2,4], f32[3]) tuple(%x.2, %c.3), calls={@body}
   ROOT %g.8 = f32[2,4] get_tuple_element(%t.7), index=0, name="layers.0.out"
 }
@@ -34,6 +34,20 @@ TEST(IrText, PrintParseRoundTripIsIdentical) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(print_module(**again), printed);
   EXPECT_TRUE(verify_structure(**again).ok());
+}
+
+TEST(IrText, ScheduleStageRoundTrips) {
+  auto m = parse_module(kModule);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  int staged = 0;
+  for (const auto& instr : (*m)->entry()->instructions()) {
+    if (instr->meta().stage != 0) {
+      EXPECT_EQ(instr->id(), "b.6");
+      EXPECT_EQ(instr->meta().stage, 2);
+      ++staged;
+    }
+  }
+  EXPECT_EQ(staged, 1);
 }
 
 TEST(IrText, ParsedModuleKeepsAttributesAndMetadata) {
