@@ -8,6 +8,7 @@
 // parameters are identical on every mesh, and no device ever makes the whole array.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -6,8 +6,6 @@
 #include <filesystem>
 #include <optional>
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
@@ -262,9 +260,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                                            {"trace_s", trace_s},
                                            {"compile_s", compile_s},
                                            {"init_s", init_s},
-                                          {"init_compile_s", init.compile_seconds},
-                                          {"init_state_bytes", init.state_bytes},
-                                          {"init_peak_rss_bytes", init.peak_rss_bytes}}));
+                                           {"init_compile_s", init.compile_seconds},
+                                           {"init_state_bytes", init.state_bytes},
+                                           {"init_peak_rss_bytes", init.peak_rss_bytes}}));
     if (!t->restored_from_.empty()) {
       KILN_RETURN_IF_ERROR(t->events_.write("checkpoint_restore", t->step_, {{"path", t->restored_from_}}));
     }
