@@ -72,7 +72,7 @@ e2e: build
 	  --steps 100 --lr 1e-3
 	/usr/bin/python3 tests/e2e/bigger_than_process_test.py --kiln $(BUILD_DIR)/kiln --size large \
 	  --mpirun "mpiexec --allow-run-as-root --oversubscribe"
-	tests/e2e/multihost_test.sh $(BUILD_DIR)/kiln
+	tests/e2e/multihost_test.sh $(BUILD_DIR)/kiln large
 
 # The community's reference, both ways: Hugging Face transformers' GptOssForCausalLM against
 # kiln forward / the step's gradients (Kiln -> HF and HF -> Kiln, MXFP4 experts included),

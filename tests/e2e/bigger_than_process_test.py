@@ -8,6 +8,9 @@ rank's peak resident memory is printed beside its plan.
 
   bigger_than_process_test.py --kiln build/kiln --mpirun "mpiexec --allow-run-as-root --oversubscribe" \
       [--size small|large]
+  # the same across two hosts (network namespaces, docs/multihost.md):
+  scripts/netns_cluster.sh up 2 && scripts/netns_cluster.sh hostfile 2 > hosts
+  bigger_than_process_test.py --kiln build/kiln --mpirun "scripts/multihost_run.sh launch hosts {np}"
 
 small (make test): state 1.14 GiB, cap 800 MiB (1.46×); large (make e2e): state 2.19 GiB, cap
 1.2 GiB (1.78×). A rank holds its quarter of the state plus 0.35-0.5 GiB that does not shrink
@@ -57,7 +60,9 @@ def losses(out, name):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
-    ap.add_argument("--mpirun", required=True, help="launcher command, without -np")
+    ap.add_argument("--mpirun", required=True,
+                    help="launcher command: -np 4 is appended, or {np} in it is replaced (e.g. "
+                         "'scripts/multihost_run.sh launch HOSTFILE {np}' across network namespaces)")
     ap.add_argument("--size", choices=sorted(SIZES), default="small")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--cap-mib", type=int, default=0, help="override the size's cap")
@@ -102,7 +107,9 @@ def main():
         worst = 0.0
         for name, mesh in [("fsdp4", ["ici_fsdp_parallelism=4"]),
                            ("fsdp2_expert2", ["ici_fsdp_parallelism=2", "ici_expert_parallelism=2"])]:
-            p = run(shlex.split(args.mpirun) + ["-np", "4"] + capped + [args.kiln, "train"] + common +
+            launcher = shlex.split(args.mpirun.replace("{np}", "4")) if "{np}" in args.mpirun else \
+                shlex.split(args.mpirun) + ["-np", "4"]
+            p = run(launcher + capped + [args.kiln, "train"] + common +
                     ["per_device_batch_size=1", "local_devices=1", f"run_name={name}"] + mesh, env)
             got = losses(out, name)
             if len(got) != len(want):

@@ -8,11 +8,14 @@
 # (needs root or CAP_NET_ADMIN + CAP_SYS_ADMIN). Creates kiln-h0, kiln-h1 and kiln-br0 and
 # removes them on exit.
 #
-#   tests/e2e/multihost_test.sh [KILN_BINARY]      (default: $KILN or build/kiln)
+# Then the bigger-than-one-process run across the two hosts, every rank under a memory cap.
+#
+#   tests/e2e/multihost_test.sh [KILN_BINARY [small|large]]   (default: $KILN or build/kiln, small)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 kiln=${1:-${KILN:-$repo/build/kiln}}
+size=${2:-small}  # of the bigger-than-one-process run: small (make test) or large (make e2e)
 cluster=$repo/scripts/netns_cluster.sh
 
 "$cluster" check >/dev/null || { "$cluster" check; exit 77; }
@@ -22,3 +25,12 @@ trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM
 "$cluster" up 2
 KILN_COLLECTIVE_TIMEOUT_S=20 "$repo/scripts/multihost_run.sh" --kiln "$kiln" --steps 4 --dead-steps 40 all
+
+# Bigger than one process across the hosts: the model whose state exceeds a per-process memory
+# cap trains as 4 ranks on 2 hosts under that cap with the uncapped losses
+# (tests/e2e/bigger_than_process_test.py; small here, large in make e2e).
+hosts=$(mktemp /tmp/kiln_hosts.XXXXXX)
+"$cluster" hostfile 2 >"$hosts"
+/usr/bin/python3 "$repo/tests/e2e/bigger_than_process_test.py" --kiln "$kiln" --size "$size" \
+  --mpirun "$repo/scripts/multihost_run.sh --kiln $kiln launch $hosts {np}"
+rm -f "$hosts"
