@@ -28,17 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("kiln_hf_import_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path fresh_dir(const std::string& name) { return kiln::testing::fresh_temp_dir("kiln_hf_import_" + name); }
 
-std::string file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+std::string file_bytes(const fs::path& path) { return kiln::testing::read_text_file(path.string()); }
 
 // A small GPT-OSS (D=32, H=2, K=1, Dh=16, E=2, I=32, V=40, 2 layers) in the HF layout: layer 0's
 // experts as MXFP4 blocks + scales, layer 1's gate_up_proj in bf16, the rest f32; split over

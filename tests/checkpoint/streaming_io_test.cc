@@ -12,23 +12,16 @@
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/checkpoint/checkpoint_writer.h"
 #include "kiln/checkpoint/shard_read.h"
+#include "tests/testing/cli.h"
 
 namespace kiln::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("kiln_streaming_io_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path fresh_dir(const std::string& name) { return kiln::testing::fresh_temp_dir("kiln_streaming_io_" + name); }
 
-std::string file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+std::string file_bytes(const fs::path& path) { return kiln::testing::read_text_file(path.string()); }
 
 std::string random_bytes(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -24,6 +25,14 @@ struct CliRun {
 inline std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// An empty directory `name` under the test temp dir (removed first if a run left one).
+inline std::filesystem::path fresh_temp_dir(const std::string& name) {
+  std::filesystem::path p = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
 }
 
 // `binary args` through the shell (so quote what needs quoting), with `stdin_text` on its

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,20 @@ inline std::vector<std::string> sharded_tiny_overrides(int64_t devices) {
           "local_devices=" + std::to_string(devices)};
 }
 
+// A trainer for the config `lo` loads, printing nothing (checks every step of the way).
+inline std::unique_ptr<Trainer> make_quiet_trainer(const config::LoadOptions& lo, bool write_metrics_file = true) {
+  auto cfg = config::load(lo);
+  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
+  auto model = models::make_model(*cfg);
+  KILN_CHECK(model.ok()) << model.status().to_string();
+  TrainerOptions options;
+  options.console = nullptr;
+  options.write_metrics_file = write_metrics_file;
+  auto trainer = Trainer::create(*cfg, std::move(*model), options);
+  KILN_CHECK(trainer.ok()) << trainer.status().to_string();
+  return std::move(*trainer);
+}
+
 // `steps` steps on one batch (learning rate 1e-2, no checkpoints) with `extra` settings (the
 // mesh), outputs under the test temp dir in `run_name`; the losses, step by step.
 inline std::vector<double> sharded_tiny_losses(const std::vector<std::string>& extra, int64_t devices,
@@ -45,18 +60,11 @@ inline std::vector<double> sharded_tiny_losses(const std::vector<std::string>& e
   }
   if (devices == 1) lo.overrides.push_back("ici_fsdp_parallelism=1");
   lo.overrides.insert(lo.overrides.end(), extra.begin(), extra.end());
-  auto cfg = config::load(lo);
-  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
-  auto model = models::make_model(*cfg);
-  KILN_CHECK(model.ok()) << model.status().to_string();
-  TrainerOptions options;
-  options.console = nullptr;
-  auto trainer = Trainer::create(*cfg, std::move(*model), options);
-  KILN_CHECK(trainer.ok()) << trainer.status().to_string();
-  Status s = (*trainer)->run();
+  std::unique_ptr<Trainer> trainer = make_quiet_trainer(lo);
+  Status s = trainer->run();
   KILN_CHECK(s.ok()) << s.to_string();
-  std::vector<double> losses = step_losses(**trainer);
-  trainer->reset();  // closes its files before they go
+  std::vector<double> losses = step_losses(*trainer);
+  trainer.reset();  // closes its files before they go
   std::filesystem::remove_all(out);
   return losses;
 }

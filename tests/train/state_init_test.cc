@@ -38,17 +38,9 @@ std::vector<ir::Literal> initial_params(const std::vector<std::string>& mesh, in
   if (devices == 1) lo.overrides.push_back("ici_fsdp_parallelism=1");
   lo.overrides.insert(lo.overrides.end(), mesh.begin(), mesh.end());
   lo.overrides.insert(lo.overrides.end(), extra.begin(), extra.end());
-  auto cfg = config::load(lo);
-  KILN_CHECK(cfg.ok()) << cfg.status().to_string();
-  auto model = models::make_model(*cfg);
-  KILN_CHECK(model.ok()) << model.status().to_string();
-  TrainerOptions options;
-  options.console = nullptr;
-  options.write_metrics_file = false;
-  auto trainer = Trainer::create(*cfg, std::move(*model), options);
-  KILN_CHECK(trainer.ok()) << trainer.status().to_string();
-  std::vector<ir::Literal> params = (*trainer)->params();
-  trainer->reset();
+  std::unique_ptr<Trainer> trainer = testing::make_quiet_trainer(lo, /*write_metrics_file=*/false);
+  std::vector<ir::Literal> params = trainer->params();
+  trainer.reset();
   std::filesystem::remove_all(out);
   return params;
 }

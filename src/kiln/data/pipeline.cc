@@ -140,19 +140,10 @@ void TokenPipeline::fill_row(int64_t row, int64_t r, Batch& out) const {
 }
 
 Batch TokenPipeline::batch(int64_t k, int64_t shard, int64_t num_shards) const {
-  const int64_t G = options_.global_batch, T = options_.seq_len;
+  const int64_t G = options_.global_batch;
   KILN_CHECK(num_shards >= 1 && G % num_shards == 0 && shard >= 0 && shard < num_shards);
-  const int64_t rows = G / num_shards;
-  Batch out;
-  out.batch = rows;
-  out.seq_len = T;
-  const size_t n = static_cast<size_t>(rows * T);
-  out.inputs.assign(n, 0);
-  out.targets.assign(n, 0);
-  out.positions.assign(n, 0);
-  out.segmentation.assign(n, 0);
-  for (int64_t r = 0; r < rows; ++r) fill_row(row_of(k * G + shard * rows + r), r, out);
-  return out;
+  const int64_t rows_per_shard = G / num_shards;
+  return rows(k, shard * rows_per_shard, rows_per_shard);
 }
 
 Batch TokenPipeline::rows(int64_t k, int64_t first, int64_t count) const {
