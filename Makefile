@@ -3,6 +3,7 @@
 #   make test    set up, build, run every test (ctest)
 #   make build   set up and build only
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
+#   make fuzz    every file reader under libFuzzer (FUZZ_SECONDS each), in build-fuzz/
 #   make bench   benchmarks (bench/): kernels, the whole step vs PyTorch 1.13, and the peers table
 #                (bench/peers.py: Kiln vs PyTorch 2 eager and torch.compile, JAX/XLA, PyTorch 1.13)
 #   make e2e     long end-to-end checks: bf16 vs f32 loss curves (gpt-oss-tiny 200 steps, gpt-oss-small 100),
@@ -17,7 +18,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 RUN_ARGS ?=
 
-.PHONY: setup configure build run test asan bench e2e parity clean
+.PHONY: setup configure build run test asan fuzz bench e2e parity clean
 
 # Debian's packages, then the pinned Python environment .venv (python/requirements.txt: the
 # tiktoken, openai-harmony and TensorBoard references some tests compare with).
@@ -49,6 +50,13 @@ test: build
 asan:
 	@$(MAKE) test BUILD_DIR=build-asan \
 	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON"
+
+# Coverage-guided fuzzing of every file reader (tests/fuzz, docs/fuzzing.md): clang's libFuzzer
+# under ASan + UBSan in build-fuzz/, FUZZ_SECONDS per target (default 15, about 4 minutes in
+# all). A crash, leak, hang or report fails it and keeps the minimised input as a regression
+# file that make test replays.
+fuzz:
+	@bash scripts/fuzz.sh
 
 # Benchmarks: every Google Benchmark binary under bench/, then the whole-step comparison
 # with PyTorch. Ratios are measured side by side in one run; see README "Benchmarks".
@@ -83,4 +91,4 @@ parity: build
 	KILN=$(BUILD_DIR)/kiln bash scripts/parity.sh
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan
+	rm -rf $(BUILD_DIR) build-asan build-fuzz

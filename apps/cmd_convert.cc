@@ -28,50 +28,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Result<nlohmann::json> read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in.good()) return not_found("cannot open {}", path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalid_argument("{} is not JSON", path.string());
-  return j;
-}
-
 // Streams: the files' headers are read and the whole Kiln tensor list planned from names and
 // shapes first (so a missing file or tensor fails before anything is written), then each
 // Kiln tensor is made from just its HF source's bytes, appended to the checkpoint and freed
 // before the next. Peak memory: the largest Kiln tensor plus a 16 MiB read buffer.
 Status hf_to_kiln(const fs::path& in, const fs::path& out) {
-  KILN_ASSIGN_OR_RETURN(nlohmann::json config, read_json(in / "config.json"));
-  if (!config.contains("num_attention_heads")) return invalid_argument("{}: no num_attention_heads", (in / "config.json").string());
-  KILN_ASSIGN_OR_RETURN(checkpoint::HfCheckpoint hf, checkpoint::HfCheckpoint::open(in.string()));
-  Result<std::vector<checkpoint::KilnFromHf>> planned =
-      checkpoint::plan_gpt_oss_from_hf(hf.shapes(), config["num_attention_heads"].get<int64_t>());
-  if (!planned.ok()) return planned.status().with_context(in.string());
-  const std::vector<checkpoint::KilnFromHf>& plan = *planned;
-  std::map<std::string, ir::Shape> shapes;
+  KILN_ASSIGN_OR_RETURN(checkpoint::HfImportPlan import, checkpoint::plan_hf_import(in.string()));
+  const std::vector<checkpoint::KilnFromHf>& plan = import.tensors;
   std::vector<std::pair<std::string, ir::Shape>> declared;
   int64_t total_bytes = 0;
   for (const checkpoint::KilnFromHf& t : plan) {
-    shapes.emplace(t.name, t.shape);
     declared.emplace_back("params/" + t.name, t.shape);
     total_bytes += t.shape.byte_size();
   }
-  // The model's Kiln config, so kiln forward / kiln sample run the checkpoint as they run a
-  // trained one (dtype: the imported weights', bf16 for a released GPT-OSS).
-  Result<std::string> yaml = checkpoint::gpt_oss_kiln_config(shapes, config);
-  if (!yaml.ok()) return yaml.status().with_context((in / "config.json").string());
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::CheckpointWriter> writer,
                         checkpoint::CheckpointWriter::begin(out.string(), /*step=*/0, std::move(declared)));
   Progress progress("convert " + in.string(), total_bytes, Progress::Unit::kBytes);
   for (const checkpoint::KilnFromHf& t : plan) {
-    KILN_ASSIGN_OR_RETURN(std::string bytes, hf.produce(t));
+    KILN_ASSIGN_OR_RETURN(std::string bytes, import.checkpoint.produce(t));
     KILN_RETURN_IF_ERROR(writer->write("params/" + t.name, bytes));
     progress.advance(static_cast<int64_t>(bytes.size()));
   }
-  const nlohmann::json rng = {{"imported_from", "huggingface"}, {"hf_config", config}};
-  KILN_RETURN_IF_ERROR(writer->commit(*yaml, {{"type", "none"}}, rng));
+  const nlohmann::json rng = {{"imported_from", "huggingface"}, {"hf_config", import.config}};
+  KILN_RETURN_IF_ERROR(writer->commit(import.config_yaml, {{"type", "none"}}, rng));
   progress.finish();
   fmt::print("wrote {} Kiln parameters to {} (start a run from them with load_parameters_path={})\n", plan.size(),
              checkpoint::step_dir(out.string(), 0), out.string());

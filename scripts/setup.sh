@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package Kiln needs. Idempotent and fast: when everything is present
 # it is one dpkg-query call; otherwise it runs `apt-get update` once and installs only what
-# is missing. Nothing is downloaded from anywhere but Debian.
+# is missing. Nothing is downloaded from anywhere but Debian. Arguments name extra packages
+# a target needs beyond these (make fuzz: clang and its libFuzzer runtime).
 set -euo pipefail
 
 PACKAGES=(
@@ -21,6 +22,7 @@ PACKAGES=(
   python3-protobuf protobuf-compiler  # the independent TensorBoard event-file reader (tests/reference)
   libjs-chart.js  # report.html inlines Chart.js from /usr/share/javascript/chart.js (docs/report.md)
   chromium chromium-driver  # the report page's real-browser test (tests/report, Selenium from the venv)
+  "$@"
 )
 
 # One query for all packages; a package that is not installed (or unknown to dpkg) is

@@ -3,6 +3,8 @@
 // saves (a process killed mid-save leaves the previous checkpoint as the latest), pruning.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -131,6 +133,22 @@ TEST(Safetensors, CorruptHeaderIsAnError) {
   bad.replace(pos, 3, "F16");
   spit(path, bad);
   EXPECT_NE(read_safetensors(path).status().message().find("F16"), std::string::npos);
+}
+
+// A header whose shape multiplies past 2^64 (here to exactly 0 modulo 2^64, which empty
+// data_offsets would then match) is refused by its element count, before any allocation.
+TEST(Safetensors, HugeShapeIsRefusedBeforeAllocating) {
+  std::string dir = temp_dir("huge");
+  std::string path = dir + "/t.safetensors";
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1152921504606846976,16],"data_offsets":[0,0]}})";
+  std::string bytes(8, '\0');
+  uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  spit(path, bytes + header);
+  auto index = index_safetensors(path);
+  ASSERT_FALSE(index.ok());
+  EXPECT_NE(index.status().message().find("tensor w: shape [1152921504606846976,16] has more than"), std::string::npos)
+      << index.status().message();
 }
 
 CheckpointState make_state(int64_t step, uint32_t seed) {

@@ -70,6 +70,14 @@ TEST(Validation, UnknownModelListsTheAvailableOnes) {
                      "default, gpt-oss-120b, gpt-oss-20b, gpt-oss-small, gpt-oss-tiny");
 }
 
+// A name the file system refuses (longer than a file name may be) is no such model, not an
+// exception out of std::filesystem (found by tests/fuzz's config_yaml target).
+TEST(Validation, OverlongModelNameIsNoSuchModel) {
+  std::string m = load_error({"model_name=" + std::string(5000, 'g')});
+  EXPECT_CONTAINS(m, ": no such model");
+  EXPECT_CONTAINS(m, "available: default, gpt-oss-120b");
+}
+
 TEST(Validation, ModelFilesCannotPickModelsOrUnlockOverrides) {
   TempDir dir;
   dir.write("models/m.yml", "override_model_config: true\n");

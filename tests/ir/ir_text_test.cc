@@ -104,6 +104,25 @@ TEST(IrText, ErrorsNameLineAndColumn) {
   expect_parse_error("module @m\nENTRY computation @main {\n  ROOT %y = f32[2] parameter(), index=1\n}\n", "lacks parameter index 0");
 }
 
+// Sizes in hostile text are refused before they allocate or overflow (tests/fuzz found the
+// first two: a parameter index of 888888888 resized the parameter list, 2^63 - 1 overflowed).
+TEST(IrText, HugeSizesAreRefused) {
+  expect_parse_error("module @m\nENTRY computation @main {\n  ROOT %y = f32[] parameter(), index=888888888\n}\n",
+                     "too large (>= 1048576) parameter index 888888888");
+  expect_parse_error("module @m\nENTRY computation @main {\n  ROOT %y = f32[] parameter(), index=9223372036854775807\n}\n",
+                     "parameter index 9223372036854775807");
+  expect_parse_error("module @m\nENTRY computation @main {\n  ROOT %y = f32[1048576,1048576,1048576] parameter(), index=0\n}\n",
+                     "shape has more than 17592186044416 elements");
+  expect_parse_error("module @m\nENTRY computation @main {\n  ROOT %y = " + std::string(40, '(') + "f32[]" +
+                         std::string(40, ')') + " parameter(), index=0\n}\n",
+                     "tuple shapes nest deeper than 32");
+  // Found by tests/fuzz: a stage that is not a small number threw from std::stoi.
+  expect_parse_error("module @m\nENTRY computation @main {\n  ROOT %y = f32[] parameter(), index=0, stage=99999999999\n}\n",
+                     "stage must be in [0, 2^31)");
+  expect_parse_error("module @m\nENTRY computation @main {\n  ROOT %y = f32[] parameter(), index=0, stage=+\n}\n",
+                     "expected an integer");
+}
+
 TEST(IrGraph, ReplaceUsesRemoveAndTopoSort) {
   Module m("g");
   Computation* c = m.add_computation("main");

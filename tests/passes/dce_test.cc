@@ -55,7 +55,7 @@ TEST(Dce, RemovesComputationsNothingCalls) {
 
 computation @unused {
   %p0 = f32[2] parameter(), index=0
-  ROOT %n = f32[2] neg(%p0), calls={@also_unused}
+  ROOT %n = f32[2] fusion(%p0), kind=loop, calls={@also_unused}
 }
 
 computation @also_unused {
@@ -68,8 +68,8 @@ computation @body {
 
 ENTRY computation @main {
   %x = f32[2] parameter(), index=0
-  %dead = f32[2] exp(%x), calls={@unused}
-  ROOT %c = f32[2] copy(%x), calls={@body}
+  %dead = f32[2] fusion(%x), kind=loop, calls={@unused}
+  ROOT %c = f32[2] fusion(%x), kind=loop, calls={@body}
 }
 )",
              R"(module @m
@@ -80,7 +80,7 @@ computation @body {
 
 ENTRY computation @main {
   %x = f32[2] parameter(), index=0
-  ROOT %c = f32[2] copy(%x), calls={@body}
+  ROOT %c = f32[2] fusion(%x), kind=loop, calls={@body}
 }
 )",
              true);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 
 #include "kiln/base/hash.h"
 #include "kiln/base/progress.h"
+#include "kiln/base/sizes.h"
 #include "kiln/checkpoint/safetensors.h"
 #include "kiln/checkpoint/shard_read.h"
 #include "kiln/checkpoint/step_dir.h"
@@ -35,21 +37,42 @@ std::optional<int64_t> parse_step(const std::string& name) {
   return std::stoll(name);
 }
 
+// JSON integers only: nlohmann's get<int64_t>() converts a float, which is undefined when
+// it is out of range. Throws (caught by the manifest readers) on anything else.
+int64_t json_int(const nlohmann::ordered_json& j) {
+  if (!j.is_number_integer()) throw std::invalid_argument("expected an integer, got " + j.dump());
+  return j.get<int64_t>();
+}
+
+std::vector<int64_t> json_ints(const nlohmann::ordered_json& j) {
+  if (!j.is_array()) throw std::invalid_argument("expected a list of integers, got " + j.dump());
+  std::vector<int64_t> out;
+  for (const auto& v : j) out.push_back(json_int(v));
+  return out;
+}
+
 Result<config::Mesh> mesh_from_json(const nlohmann::ordered_json& j, const std::string& where) {
   config::Mesh mesh;
   if (!j.is_object()) return data_loss("{}: mesh is not an object", where);
   try {
     mesh.axes = j.value("axes", std::vector<std::string>{});
-    mesh.ici = j.value("ici", std::vector<int64_t>(mesh.axes.size(), 1));
-    mesh.dcn = j.value("dcn", std::vector<int64_t>(mesh.axes.size(), 1));
+    mesh.ici = j.contains("ici") ? json_ints(j["ici"]) : std::vector<int64_t>(mesh.axes.size(), 1);
+    mesh.dcn = j.contains("dcn") ? json_ints(j["dcn"]) : std::vector<int64_t>(mesh.axes.size(), 1);
   } catch (const std::exception& e) {
     return data_loss("{}: corrupt mesh: {}", where, e.what());
   }
   if (mesh.ici.size() != mesh.axes.size() || mesh.dcn.size() != mesh.axes.size()) {
     return data_loss("{}: corrupt mesh (axes, ici and dcn differ in length)", where);
   }
+  // More devices than any machine has is a corrupt file (and the product must not overflow).
+  constexpr int64_t kMaxDevices = int64_t{1} << 24;
+  int64_t devices = 1;
   for (size_t i = 0; i < mesh.axes.size(); ++i) {
     if (mesh.ici[i] < 1 || mesh.dcn[i] < 1) return data_loss("{}: corrupt mesh (axis {} of size < 1)", where, mesh.axes[i]);
+    if (mesh.ici[i] > kMaxDevices || mesh.dcn[i] > kMaxDevices || devices > kMaxDevices / (mesh.ici[i] * mesh.dcn[i])) {
+      return data_loss("{}: corrupt mesh (more than {} devices)", where, kMaxDevices);
+    }
+    devices *= mesh.ici[i] * mesh.dcn[i];
   }
   return mesh;
 }
@@ -176,7 +199,7 @@ void remove_stale_temporaries(const std::string& checkpoints_dir) {
     if (at == std::string::npos) at = name.find(".old-");
     if (at == std::string::npos) continue;
     const std::string pid_text = name.substr(at + 5);
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (pid_text.empty() || pid_text.size() > 9 || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
     if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) fs::remove_all(entry.path(), ec);
   }
@@ -288,22 +311,28 @@ Result<CheckpointReader> CheckpointReader::open(const std::string& dir) {
       !manifest["tensors"].is_object() || !manifest.contains("step") || !manifest["step"].is_number_integer()) {
     return data_loss("{}: corrupt manifest (not JSON with step and tensors)", manifest_path);
   }
-  const int version = manifest.value("version", 0);
-  if (version != 1 && version != kFormatVersion) {
-    return data_loss("{}: checkpoint format version {} (this Kiln reads 1 and {})", manifest_path, version,
-                     kFormatVersion);
-  }
+  int version = 0;
   CheckpointReader r;
   r.dir_ = dir;
-  r.step_ = manifest["step"].get<int64_t>();
-  r.config_yaml_ = manifest.value("config", "");
-  r.data_iterator_ = nlohmann::json::parse(manifest.value("data_iterator", nlohmann::ordered_json::object()).dump());
-  r.rng_ = nlohmann::json::parse(manifest.value("rng", nlohmann::ordered_json::object()).dump());
-  // Version 1 saved global tensors in one file; its "mesh" described the run's config.
-  if (version == 1) {
-    r.mesh_ = single_device_mesh();
-  } else {
-    KILN_ASSIGN_OR_RETURN(r.mesh_, mesh_from_json(manifest.value("mesh", nlohmann::ordered_json::object()), manifest_path));
+  // value() throws when a field has another type than its default: the manifest is corrupt.
+  try {
+    version = manifest.contains("version") ? static_cast<int>(std::clamp<int64_t>(json_int(manifest["version"]), -1, 1000)) : 0;
+    if (version != 1 && version != kFormatVersion) {
+      return data_loss("{}: checkpoint format version {} (this Kiln reads 1 and {})", manifest_path, version,
+                       kFormatVersion);
+    }
+    r.step_ = manifest["step"].get<int64_t>();
+    r.config_yaml_ = manifest.value("config", "");
+    r.data_iterator_ = nlohmann::json::parse(manifest.value("data_iterator", nlohmann::ordered_json::object()).dump());
+    r.rng_ = nlohmann::json::parse(manifest.value("rng", nlohmann::ordered_json::object()).dump());
+    // Version 1 saved global tensors in one file; its "mesh" described the run's config.
+    if (version == 1) {
+      r.mesh_ = single_device_mesh();
+    } else {
+      KILN_ASSIGN_OR_RETURN(r.mesh_, mesh_from_json(manifest.value("mesh", nlohmann::ordered_json::object()), manifest_path));
+    }
+  } catch (const std::exception& e) {
+    return data_loss("{}: corrupt manifest ({})", manifest_path, e.what());
   }
   for (const auto& [name, info] : manifest["tensors"].items()) {
     SavedTensor t;
@@ -311,7 +340,12 @@ Result<CheckpointReader> CheckpointReader::open(const std::string& dir) {
     try {
       std::optional<ir::DType> dtype = ir::parse_dtype(info.at("dtype").get<std::string>());
       if (!dtype) return data_loss("{}: tensor {} has unknown dtype {}", manifest_path, name, info.at("dtype").dump());
-      t.shape = ir::Shape(*dtype, info.at("shape").get<std::vector<int64_t>>());
+      const std::vector<int64_t> dims = json_ints(info.at("shape"));
+      if (!checked_element_count(dims)) {
+        return data_loss("{}: tensor {}: shape {} is negative or has more than {} elements", manifest_path, name,
+                         info.at("shape").dump(), kMaxFileTensorElements);
+      }
+      t.shape = ir::Shape(*dtype, dims);
       if (version == 1) {
         t.pieces.push_back({info.at("file").get<std::string>(), name, 0,
                             Region{std::vector<int64_t>(t.shape.rank(), 0), t.shape.dims()},
@@ -319,8 +353,8 @@ Result<CheckpointReader> CheckpointReader::open(const std::string& dir) {
       } else {
         t.sharding.dims = info.at("sharding").get<std::vector<std::vector<std::string>>>();
         for (const auto& p : info.at("pieces")) {
-          t.pieces.push_back({p.at("file").get<std::string>(), name, p.at("device").get<int64_t>(),
-                              Region{p.at("offset").get<std::vector<int64_t>>(), p.at("dims").get<std::vector<int64_t>>()},
+          t.pieces.push_back({p.at("file").get<std::string>(), name, json_int(p.at("device")),
+                              Region{json_ints(p.at("offset")), json_ints(p.at("dims"))},
                               p.at("fnv1a64").get<std::string>()});
         }
       }
@@ -334,11 +368,16 @@ Result<CheckpointReader> CheckpointReader::open(const std::string& dir) {
         return data_loss("{}: tensor {}: a piece's rank differs from the tensor's", manifest_path, name);
       }
       for (size_t d = 0; d < p.region.dims.size(); ++d) {
-        if (p.region.offset[d] < 0 || p.region.dims[d] < 0 || p.region.offset[d] + p.region.dims[d] > t.shape.dims()[d]) {
+        // Written without a sum: offsets and dims come from the file and may be near 2^63.
+        if (p.region.offset[d] < 0 || p.region.dims[d] < 0 || p.region.offset[d] > t.shape.dims()[d] ||
+            p.region.dims[d] > t.shape.dims()[d] - p.region.offset[d]) {
           return data_loss("{}: tensor {}: a piece lies outside {}", manifest_path, name, t.shape.to_string());
         }
       }
+      // Each piece is inside the tensor (at most 2^44 elements), so stopping once the sum
+      // passes the tensor keeps it from overflowing.
       covered += p.region.num_elements();
+      if (covered > t.shape.num_elements()) break;
     }
     if (covered != t.shape.num_elements()) {
       return data_loss("{}: tensor {}: its pieces hold {} of its {} elements", manifest_path, name, covered,

@@ -468,7 +468,8 @@ Result<std::string> gpt_oss_kiln_config(const std::map<std::string, ir::Shape>& 
   };
   auto integer = [&](const char* key, double fallback) -> Result<int64_t> {
     KILN_ASSIGN_OR_RETURN(double v, number(hf, key, fallback));
-    if (v != static_cast<double>(static_cast<int64_t>(v))) {
+    // Range first: converting a double outside int64's range is undefined.
+    if (!(v > -9.0e18 && v < 9.0e18) || v != static_cast<double>(static_cast<int64_t>(v))) {
       return invalid_argument("config.json: {} is {}, expected an integer", key, v);
     }
     return static_cast<int64_t>(v);

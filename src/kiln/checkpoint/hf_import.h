@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kiln/base/status.h"
 #include "kiln/checkpoint/hf_gpt_oss.h"
 #include "kiln/checkpoint/safetensors.h"
@@ -59,5 +61,16 @@ class HfCheckpoint {
   HfShapes shapes_;
   int64_t file_bytes_ = 0;
 };
+
+// Everything `kiln convert --from hf` reads and checks before it writes anything:
+// config.json, every safetensors file's header, the planned Kiln tensors and the Kiln
+// config they make. Any malformed or missing piece is one error naming the file.
+struct HfImportPlan {
+  nlohmann::json config;  // config.json
+  HfCheckpoint checkpoint;
+  std::vector<KilnFromHf> tensors;  // in writing order
+  std::string config_yaml;          // the model's Kiln config
+};
+Result<HfImportPlan> plan_hf_import(const std::string& dir);
 
 }  // namespace kiln::checkpoint

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/base/sizes.h"
+
 namespace kiln::checkpoint {
 
 std::string safetensors_dtype(ir::DType dtype) {
@@ -231,12 +233,16 @@ Result<SafetensorsIndex> index_safetensors(const std::string& path) {
     e.dtype = info["dtype"].get<std::string>();
     const int size = safetensors_dtype_size(e.dtype);
     if (size == 0) return data_loss("{}: tensor {}: unknown safetensors dtype {}", path, name, e.dtype);
-    uint64_t elements = 1;
     for (const auto& d : info["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) return data_loss("{}: tensor {}: bad shape {}", path, name, info["shape"].dump());
       e.dims.push_back(d.get<int64_t>());
-      elements *= static_cast<uint64_t>(e.dims.back());
     }
+    const std::optional<uint64_t> count = checked_element_count(e.dims);
+    if (!count) {
+      return data_loss("{}: tensor {}: shape {} has more than {} elements", path, name, info["shape"].dump(),
+                       kMaxFileTensorElements);
+    }
+    const uint64_t elements = *count;
     const auto& offs = info["data_offsets"];
     if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned()) {
       return data_loss("{}: tensor {}: bad data_offsets {}", path, name, offs.dump());

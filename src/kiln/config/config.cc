@@ -124,7 +124,8 @@ Status read_config_chain(const std::string& path, const Schema& schema, int dept
     fs::path p(parent);
     if (p.is_relative()) {
       fs::path next_to_file = fs::path(path).parent_path() / p;
-      p = fs::exists(next_to_file) ? next_to_file : fs::path(schema.path).parent_path() / p;
+      std::error_code ec;
+      p = fs::exists(next_to_file, ec) ? next_to_file : fs::path(schema.path).parent_path() / p;
     }
     KILN_RETURN_IF_ERROR(read_config_chain(p.string(), schema, depth + 1, merged, files));
   }
@@ -164,12 +165,14 @@ const Value& user_value(std::string_view key, const Layer& cli, const Layer& fil
 Result<std::string> find_model_file(const std::string& model_name, const std::string& config_path,
                                     const std::string& configs_dir) {
   std::string file = model_name + ".yml";
+  // The error_code forms: a name the file system refuses (too long, ...) is no such model.
+  std::error_code ec;
   if (!config_path.empty()) {
     fs::path beside = fs::path(config_path).parent_path() / "models" / file;
-    if (fs::is_regular_file(beside)) return beside.string();
+    if (fs::is_regular_file(beside, ec)) return beside.string();
   }
   fs::path in_configs = fs::path(configs_dir) / "models" / file;
-  if (fs::is_regular_file(in_configs)) return in_configs.string();
+  if (fs::is_regular_file(in_configs, ec)) return in_configs.string();
   std::vector<std::string> models = available_models(configs_dir);
   return invalid_argument("model_name={}: no such model{}; available: {}", model_name,
                           suggestion(model_name, models), fmt::join(models, ", "));

@@ -160,6 +160,9 @@ Result<std::vector<std::unique_ptr<Shard>>> open_shards(const std::string& datas
     for (const auto& s : m["shards"]) {
       if (!s.contains("file") || !s["file"].is_string()) return data_loss("{}: a shard entry has no \"file\"", manifest_path);
       files.push_back((fs::path(manifest_path).parent_path() / s["file"].get<std::string>()).string());
+      if (s.contains("fnv1a64") && !s["fnv1a64"].is_string()) {
+        return data_loss("{}: shard {}: \"fnv1a64\" is not a string", manifest_path, s["file"].get<std::string>());
+      }
       checksums.push_back(s.value("fnv1a64", ""));
     }
   }

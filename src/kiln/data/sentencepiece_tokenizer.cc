@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
 #include "kiln/data/corpus.h"
+#include "kiln/data/sentencepiece_model_check.h"
 #include "kiln/data/tokenizer.h"
 
 namespace kiln::data {
@@ -47,8 +49,14 @@ Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& model_p
   if (model_path.empty()) return invalid_argument("tokenizer_type=sentencepiece needs tokenizer_path=MODEL.model");
   std::error_code ec;
   if (!std::filesystem::exists(model_path, ec)) return not_found("tokenizer_path={}: not found", model_path);
+  std::ifstream in(model_path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) return io_error("tokenizer_path={}: cannot read the file", model_path);
+  const std::string model = bytes.str();
+  KILN_RETURN_IF_ERROR(check_sentencepiece_charsmaps(model, model_path));
   auto tok = std::make_unique<SentencePieceTokenizer>();
-  auto st = tok->sp_.Load(model_path);
+  auto st = tok->sp_.LoadFromSerializedProto(model);
   if (!st.ok()) return invalid_argument("tokenizer_path={}: not a SentencePiece model: {}", model_path, st.ToString());
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }

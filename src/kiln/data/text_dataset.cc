@@ -111,7 +111,7 @@ Result<CachedCorpus> tokenize_cached(const std::vector<std::string>& files, cons
     fs::rename(tmp, out.dir, ec);
     if (ec) {
       fs::remove_all(tmp, ec);  // another process published the same corpus first
-      if (!fs::exists(manifest)) return io_error("{}: cannot write the token cache", out.dir);
+      if (!fs::exists(manifest, ec)) return io_error("{}: cannot write the token cache", out.dir);
     }
   } else {
     out.reused = true;

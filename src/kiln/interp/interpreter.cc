@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "kiln/base/check.h"
+#include "kiln/ops/device_context.h"
 #include "kiln/ops/registry.h"
 
 namespace kiln::interp {
@@ -46,10 +47,12 @@ Result<ir::Literal> evaluate_hooked(const ir::Computation& computation, std::spa
         values[&instr] = instr.literal();
         break;
       default: {
+        const ops::OpDef& def = ops::op_def(instr.opcode());
+        if (def.device_dependent) KILN_RETURN_IF_ERROR(ops::check_collective_group(instr));
         operand_values.clear();
         for (const ir::Instr* o : instr.operands()) operand_values.push_back(&values.at(o));
         const int64_t begin_ns = hook ? now_ns() : 0;
-        ir::Literal result = ops::op_def(instr.opcode()).eval(instr, operand_values);
+        ir::Literal result = def.eval(instr, operand_values);
         if (hook) hook(instr, begin_ns, now_ns());
         KILN_CHECK(result.shape() == instr.shape())
             << "evaluation produced " << result.shape().to_string() << " for " << instr.to_string();

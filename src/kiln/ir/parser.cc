@@ -1,6 +1,7 @@
 #include "kiln/ir/parser.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -8,9 +9,15 @@
 
 #include <fmt/format.h>
 
+#include "kiln/base/sizes.h"
+
 namespace kiln::ir {
 
 namespace {
+
+// More parameters than any program has: an index at or past this is a corrupt file.
+constexpr int64_t kMaxParameters = int64_t{1} << 20;
+constexpr int kMaxTupleDepth = 32;
 
 enum class Tok { kEnd, kPercent, kAt, kIdent, kNumber, kString, kPunct };
 
@@ -204,8 +211,10 @@ class Parser {
   Result<int64_t> parse_int() {
     if (tok_.kind != Tok::kNumber) return error("expected an integer");
     char* end = nullptr;
+    errno = 0;
     long long v = std::strtoll(tok_.text.c_str(), &end, 10);
     if (*end != '\0') return error("expected an integer");
+    if (errno == ERANGE) return error("integer out of the 64-bit range");
     KILN_RETURN_IF_ERROR(advance());
     return static_cast<int64_t>(v);
   }
@@ -229,13 +238,16 @@ class Parser {
     return v;
   }
 
-  Result<Shape> parse_shape() {
+  Result<Shape> parse_shape(int depth = 0) {
     if (is_punct("(")) {
+      // Tuples nest only a few levels in real programs; a bound keeps hostile text from
+      // exhausting the stack.
+      if (depth >= kMaxTupleDepth) return error(fmt::format("tuple shapes nest deeper than {}", kMaxTupleDepth));
       KILN_RETURN_IF_ERROR(advance());
       std::vector<Shape> elements;
       while (!is_punct(")")) {
         if (!elements.empty()) KILN_RETURN_IF_ERROR(expect_punct(","));
-        KILN_ASSIGN_OR_RETURN(Shape e, parse_shape());
+        KILN_ASSIGN_OR_RETURN(Shape e, parse_shape(depth + 1));
         elements.push_back(std::move(e));
       }
       KILN_RETURN_IF_ERROR(advance());
@@ -253,6 +265,7 @@ class Parser {
       if (d < 0) return error("negative dimension");
       dims.push_back(d);
     }
+    if (!checked_element_count(dims)) return error(fmt::format("shape has more than {} elements", kMaxFileTensorElements));
     KILN_RETURN_IF_ERROR(advance());
     return Shape(*dtype, std::move(dims));
   }
@@ -397,8 +410,9 @@ class Parser {
           meta.sharding = std::move(s);
         } else if (key == "stage") {
           if (tok_.kind != Tok::kNumber) return error("expected a stage number");
-          meta.stage = std::stoi(tok_.text);
-          KILN_RETURN_IF_ERROR(advance());
+          KILN_ASSIGN_OR_RETURN(int64_t stage, parse_int());
+          if (stage < 0 || stage > std::numeric_limits<int32_t>::max()) return error("stage must be in [0, 2^31)");
+          meta.stage = static_cast<int32_t>(stage);
         } else if (key == "calls") {
           KILN_RETURN_IF_ERROR(expect_punct("{"));
           while (!is_punct("}")) {
@@ -423,8 +437,12 @@ class Parser {
             return Lexer::error(id_tok, "parameter needs an integer index=N attribute");
           }
           int64_t index = attrs.get_int("index");
-          if (index < 0 || (index < comp->num_params() && comp->param(static_cast<int>(index)))) {
-            return Lexer::error(id_tok, fmt::format("duplicate or negative parameter index {}", index));
+          // Indices must end up dense (checked below), so one past the parameters of the
+          // whole text is an upper bound; it also keeps a huge index from allocating.
+          if (index < 0 || index >= kMaxParameters ||
+              (index < comp->num_params() && comp->param(static_cast<int>(index)))) {
+            return Lexer::error(id_tok, fmt::format("duplicate, negative or too large (>= {}) parameter index {}",
+                                                    kMaxParameters, index));
           }
         }
         instr = comp->add(*opcode, std::move(shape), std::move(operands), std::move(attrs), id_tok.text);

@@ -12,6 +12,8 @@
 // The reference evaluation runs the collective through the thread's DeviceContext
 // (ops/device_context.h) in double precision; on a one-device mesh every op is the
 // identity. Sums are taken in rank order, so all members get identical bits.
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
@@ -38,20 +40,31 @@ Blocks blocks(const Ints& dims, int64_t dim) {
   return b;
 }
 
+// A group is some of the mesh's devices: at least one, and not more than a mesh may have
+// (which also keeps the gathered dimension from overflowing).
+constexpr int64_t kMaxGroupSize = int64_t{1} << 24;
+
+Status check_group_size(const InferContext& c, std::string_view op) {
+  const int64_t g = c.attrs.get_int("group_size");
+  if (g < 1 || g > kMaxGroupSize) return invalid_argument("{}: group_size={} is not in [1, {}]", op, g, kMaxGroupSize);
+  return Status::ok_status();
+}
+
 Status check_dim(const InferContext& c, std::string_view op) {
   KILN_RETURN_IF_ERROR(internal::check_array(op, c.operands[0]));
   int64_t dim = c.attrs.get_int("dim");
   if (dim < 0 || dim >= c.operands[0].rank()) {
     return invalid_argument("{}: dim={} is not a dimension of {}", op, dim, c.operands[0].to_string());
   }
-  if (c.attrs.get_int("group_size") < 1) return invalid_argument("{}: group_size must be >= 1", op);
-  return Status::ok_status();
+  return check_group_size(c, op);
 }
 
 Result<Shape> gather_rule(const InferContext& c) {
   KILN_RETURN_IF_ERROR(check_dim(c, "all_gather"));
   Ints dims = c.operands[0].dims();
-  dims[c.attrs.get_int("dim")] *= c.attrs.get_int("group_size");
+  const int64_t d = c.attrs.get_int("dim"), g = c.attrs.get_int("group_size");
+  if (dims[d] > std::numeric_limits<int64_t>::max() / g) return invalid_argument("all_gather: the gathered shape overflows");
+  dims[d] *= g;
   return c.operands[0].with_dims(dims);
 }
 
@@ -70,7 +83,7 @@ Result<Shape> split_rule(const InferContext& c, std::string_view op) {
 
 Result<Shape> all_reduce_rule(const InferContext& c) {
   KILN_RETURN_IF_ERROR(internal::check_array("all_reduce", c.operands[0]));
-  if (c.attrs.get_int("group_size") < 1) return invalid_argument("all_reduce: group_size must be >= 1");
+  KILN_RETURN_IF_ERROR(check_group_size(c, "all_reduce"));
   return c.operands[0];
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/base/status.h"
 #include "kiln/ir/instr.h"
 #include "kiln/spmd/mesh.h"
 
@@ -38,6 +39,9 @@ struct CollectiveGroup {
   int64_t rank = 0;
 };
 CollectiveGroup collective_group(const ir::Instr& instr);
+// The same conditions as an error, for a program that came from a user's file (the
+// interpreter checks each collective before running it).
+Status check_collective_group(const ir::Instr& instr);
 // Waits for a collective `instr` started; a timeout or a dead peer ends the process with one
 // line on stderr and kCollectiveFailedExitCode (kernels have no error channel; the runtime
 // has already failed the other devices' waits).

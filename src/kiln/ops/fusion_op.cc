@@ -82,6 +82,7 @@ void register_fusion_ops(OpTable& table) {
     }
     return s;
   };
+  d.calls_body = true;
   d.eval = eval_fusion;
   d.grad = GradKind::kNone;  // fusion runs after gradients are built
   d.dim_map = fusion_dim_map;

@@ -1,5 +1,7 @@
 #include "kiln/ops/registry.h"
 
+#include <unordered_map>
+
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
@@ -116,14 +118,63 @@ Result<ir::Shape> infer_shape(ir::Opcode opcode, std::span<const ir::Shape> oper
   return shape;
 }
 
+namespace {
+
+// An op that calls a body (OpDef::calls_body) calls one computation, not the entry, whose
+// parameters take the operands' shapes and whose root has the result's shape.
+Status verify_calls(const ir::Module& module, const ir::Instr& instr) {
+  const OpDef& def = op_def(instr.opcode());
+  if (!def.calls_body) {
+    if (!instr.called().empty()) return invalid_argument("{} calls no computation", def.name);
+    return ok_status();
+  }
+  if (instr.called().size() != 1) return invalid_argument("{} calls exactly one computation (calls={{@body}})", def.name);
+  const ir::Computation& body = *instr.called()[0];
+  if (&body == module.entry()) return invalid_argument("{} cannot call the entry computation", def.name);
+  if (body.num_params() != instr.num_operands()) {
+    return invalid_argument("@{} takes {} parameters, the {} has {} operands", body.name(), body.num_params(), def.name,
+                            instr.num_operands());
+  }
+  for (int i = 0; i < body.num_params(); ++i) {
+    if (body.param(i)->shape() != instr.operand(i)->shape()) {
+      return invalid_argument("parameter {} of @{} is {}, operand {} is {}", i, body.name(),
+                              body.param(i)->shape().to_string(), i, instr.operand(i)->shape().to_string());
+    }
+  }
+  if (body.root() == nullptr || body.root()->shape() != instr.shape()) {
+    return invalid_argument("@{} returns {}, the {} declares {}", body.name(),
+                            body.root() ? body.root()->shape().to_string() : "nothing", def.name, instr.shape().to_string());
+  }
+  return ok_status();
+}
+
+// A computation reached again while its own calls are being followed calls itself.
+Status verify_no_call_cycle(const ir::Computation& comp, std::unordered_map<const ir::Computation*, int>& state) {
+  int& s = state[&comp];
+  if (s == 2) return ok_status();
+  if (s == 1) return invalid_argument("@{} calls itself (directly or through others)", comp.name());
+  s = 1;
+  for (const auto& instr : comp.instructions()) {
+    for (const ir::Computation* callee : instr->called()) KILN_RETURN_IF_ERROR(verify_no_call_cycle(*callee, state));
+  }
+  state[&comp] = 2;
+  return ok_status();
+}
+
+}  // namespace
+
 Status verify(const ir::Module& module) {
   KILN_RETURN_IF_ERROR(ir::verify_structure(module));
+  std::unordered_map<const ir::Computation*, int> visit;
+  for (const auto& comp : module.computations()) KILN_RETURN_IF_ERROR(verify_no_call_cycle(*comp, visit));
   for (const auto& comp : module.computations()) {
     for (const auto& instr : comp->instructions()) {
       std::vector<ir::Shape> shapes;
       for (const ir::Instr* o : instr->operands()) shapes.push_back(o->shape());
       auto result = infer_shape(instr->opcode(), shapes, instr->attrs(), &instr->shape());
       if (!result.ok()) return invalid_argument("{} in: {}", result.status().message(), instr->to_string());
+      Status calls = verify_calls(module, *instr);
+      if (!calls.ok()) return invalid_argument("{} in: {}", calls.message(), instr->to_string());
     }
   }
   return ok_status();

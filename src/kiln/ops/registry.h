@@ -91,6 +91,10 @@ struct OpDef {
   // The result depends on the device that runs it (collectives, shard_slice): passes must
   // never evaluate it at compile time (constant folding).
   bool device_dependent = false;
+  // The op's value is one called computation applied to its operands (fusion): verify()
+  // checks that it calls exactly one computation whose parameters have the operands' shapes
+  // and whose root has the result's. Other ops call nothing.
+  bool calls_body = false;
   // A source that can make any block of its result directly (rng: element values depend on
   // the global index only, ops/rng.h). Sharding propagation lets its users choose its split,
   // and the partitioner lowers it to the device's block with a `split` attribute, so a

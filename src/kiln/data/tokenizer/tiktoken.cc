@@ -70,7 +70,9 @@ Status parse_json_encoder(const std::string& key, const std::string& file, const
   }
   if (j.contains("special_tokens") && j["special_tokens"].is_object()) {
     for (const auto& [s, id] : j["special_tokens"].items()) {
-      if (!id.is_number_integer()) return invalid_argument("{}: {}: special token {} has no integer id", key, file, s);
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= INT32_MAX) {
+        return invalid_argument("{}: {}: special token {} has no integer id in [0, 2^31 - 1)", key, file, s);
+      }
       specials.push_back({s, id.get<int32_t>()});
     }
   }
