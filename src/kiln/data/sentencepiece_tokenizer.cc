@@ -56,7 +56,13 @@ Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const std::string& model_p
   const std::string model = bytes.str();
   KILN_RETURN_IF_ERROR(check_sentencepiece_charsmaps(model, model_path));
   auto tok = std::make_unique<SentencePieceTokenizer>();
-  auto st = tok->sp_.LoadFromSerializedProto(model);
+  sentencepiece::util::Status st;
+  // The library throws from its trie builder on some corrupt models (an empty piece).
+  try {
+    st = tok->sp_.LoadFromSerializedProto(model);
+  } catch (const std::exception& e) {
+    return invalid_argument("tokenizer_path={}: not a SentencePiece model: {}", model_path, e.what());
+  }
   if (!st.ok()) return invalid_argument("tokenizer_path={}: not a SentencePiece model: {}", model_path, st.ToString());
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
