@@ -52,6 +52,7 @@ for t in $TARGETS; do
   bin=$BUILD/tests/fuzz/fuzz_$t
   work=$BUILD/fuzz-corpus/$t
   art=$BUILD/artifacts/$t
+  rm -rf "$art"  # only this run's failures are minimised and kept
   mkdir -p "$work" "$art"
   read -r -a seeds <"$BUILD/tests/fuzz/fuzz_$t.seeds"
   dict=$(dict_for "$t")
