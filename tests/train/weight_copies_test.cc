@@ -51,7 +51,9 @@ void expect_identical_with_and_without_copies(int64_t devices, const std::vector
   std::vector<std::string> on = extra, off = extra;
   on.push_back("bf16_weight_copy=true");
   off.push_back("bf16_weight_copy=false");
-  const std::string tag = std::to_string(devices);
+  // Output directories are per test: ctest runs the tests of this file side by side.
+  const std::string tag =
+      std::to_string(devices) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   std::unique_ptr<Trainer> with = make_trainer(tiny_config("on" + tag, devices, on));
   std::unique_ptr<Trainer> without = make_trainer(tiny_config("off" + tag, devices, off));
   EXPECT_EQ(without->program().num_copies(), 0);
