@@ -14,8 +14,7 @@
 #include "kiln/checkpoint/hf_gpt_oss.h"
 #include "kiln/checkpoint/mxfp4.h"
 #include "kiln/checkpoint/safetensors.h"
-#include "kiln/config/config.h"
-#include "kiln/models/model.h"
+#include "tests/testing/hf_fixture.h"
 
 namespace kiln::checkpoint {
 namespace {
@@ -82,22 +81,7 @@ TEST(Mxfp4, ConvertFromHfDequantizesExpertBlocks) {
   if (!numpy_available()) GTEST_SKIP() << "/usr/bin/python3 with numpy (Debian python3-numpy) is not installed";
   const std::string dir = temp_dir("convert");
   // A small GPT-OSS (D=32, I=32, E=2, 2 layers) in the HF layout, its layer-0 experts as MXFP4.
-  config::LoadOptions lo;
-  lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "vocab_size=40",
-                  "base_num_decoder_layers=2", "base_emb_dim=32", "base_num_query_heads=2", "base_num_kv_heads=1",
-                  "head_dim=16", "base_mlp_dim=32", "base_moe_mlp_dim=32", "num_experts=2", "num_experts_per_tok=1"};
-  auto cfg = config::load(lo);
-  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-  auto model = models::make_model(*cfg);
-  ASSERT_TRUE(model.ok());
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  TensorMap kiln;
-  for (const models::ParamSpec& p : (*model)->params()) {
-    std::vector<double> v(static_cast<size_t>(p.shape.num_elements()));
-    for (double& x : v) x = u(rng);
-    kiln[p.name] = ir::Literal(p.shape, v);
-  }
+  const TensorMap kiln = kiln::testing::small_gpt_oss_params(3);
   auto hf = gpt_oss_to_hf(kiln);
   ASSERT_TRUE(hf.ok()) << hf.status().to_string();
   const std::string e = "model.layers.0.mlp.experts.";

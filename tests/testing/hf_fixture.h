@@ -19,11 +19,9 @@
 
 namespace kiln::testing {
 
-// A small GPT-OSS (D=32, H=2, K=1, Dh=16, E=2, I=32, V=40, 2 layers) in the HF layout: layer 0's
-// experts as MXFP4 blocks + scales, layer 1's gate_up_proj in bf16, the rest f32; split over
-// two files with model.safetensors.index.json.
-inline void write_hf_fixture(const std::filesystem::path& dir) {
-  std::filesystem::create_directories(dir);
+// The Kiln parameters of a small GPT-OSS (D=32, H=2, K=1, Dh=16, E=2, I=32, V=40, 2 layers),
+// every element uniform in [-1, 1) drawn in parameter order from `seed`.
+inline checkpoint::TensorMap small_gpt_oss_params(uint64_t seed) {
   config::LoadOptions lo;
   lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "vocab_size=40",
                   "base_num_decoder_layers=2", "base_emb_dim=32", "base_num_query_heads=2", "base_num_kv_heads=1",
@@ -32,7 +30,7 @@ inline void write_hf_fixture(const std::filesystem::path& dir) {
   KILN_CHECK(cfg.ok()) << cfg.status().to_string();
   auto model = models::make_model(*cfg);
   KILN_CHECK(model.ok());
-  std::mt19937_64 rng(11);
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
   checkpoint::TensorMap kiln;
   for (const models::ParamSpec& p : (*model)->params()) {
@@ -40,6 +38,15 @@ inline void write_hf_fixture(const std::filesystem::path& dir) {
     for (double& x : v) x = u(rng);
     kiln[p.name] = ir::Literal(p.shape, v);
   }
+  return kiln;
+}
+
+// small_gpt_oss_params(11) in the HF layout: layer 0's experts as MXFP4 blocks + scales,
+// layer 1's gate_up_proj in bf16, the rest f32; split over two files with
+// model.safetensors.index.json.
+inline void write_hf_fixture(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  const checkpoint::TensorMap kiln = small_gpt_oss_params(11);
   auto hf = checkpoint::gpt_oss_to_hf(kiln);
   KILN_CHECK(hf.ok()) << hf.status().to_string();
   const std::string e = "model.layers.0.mlp.experts.";
