@@ -12,10 +12,10 @@
 
 #include "kiln/base/check.h"
 #include "kiln/config/config.h"
-#include "kiln/models/model.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/observability.h"
 #include "kiln/train/trainer.h"
+#include "tests/train/sharded_tiny_run.h"
 
 namespace kiln::train {
 namespace {
@@ -61,18 +61,10 @@ TEST(CollectiveWait, ShardedStepsReportIt) {
                   "max_target_length=8", "per_device_batch_size=1", "local_devices=2", "ici_fsdp_parallelism=2",
                   "steps=2", "executor=interpreter", "enable_checkpointing=false", "enable_tensorboard=true",
                   "run_name=wait", "base_output_directory=" + out.string()};
-  auto cfg = config::load(lo);
-  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-  auto model = models::make_model(*cfg);
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  TrainerOptions options;
-  options.console = nullptr;
-  options.write_metrics_file = false;
-  auto trainer = Trainer::create(*cfg, std::move(*model), options);
-  ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
-  ASSERT_TRUE((*trainer)->run().ok());
-  ASSERT_EQ((*trainer)->history().size(), 2u);
-  for (const StepRecord& r : (*trainer)->history()) {
+  std::unique_ptr<Trainer> trainer = testing::make_quiet_trainer(lo, /*write_metrics_file=*/false);
+  ASSERT_TRUE(trainer->run().ok());
+  ASSERT_EQ(trainer->history().size(), 2u);
+  for (const StepRecord& r : trainer->history()) {
     EXPECT_GE(r.collective_wait_s, 0.0);
     EXPECT_LE(r.collective_wait_s, r.step_time_s);
   }

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/config/config.h"
-#include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
+#include "tests/train/sharded_tiny_run.h"
 
 namespace kiln::train {
 namespace {
@@ -28,16 +28,8 @@ TEST(InterpreterTrace, EveryEvaluatedInstructionIsASpanOnTheDeviceTrack) {
                   "profiler=trace", "skip_first_n_steps_for_profiler=1", "profiler_steps=1",
                   "enable_checkpointing=false", "enable_tensorboard=false", "run_name=interp",
                   "base_output_directory=" + out.string()};
-  auto cfg = config::load(lo);
-  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
-  auto model = models::make_model(*cfg);
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  TrainerOptions options;
-  options.console = nullptr;
-  options.write_metrics_file = false;
-  auto trainer = Trainer::create(*cfg, std::move(*model), options);
-  ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
-  ASSERT_TRUE((*trainer)->run().ok());
+  std::unique_ptr<Trainer> trainer = testing::make_quiet_trainer(lo, /*write_metrics_file=*/false);
+  ASSERT_TRUE(trainer->run().ok());
 
   std::ifstream in(out / "interp" / "profile" / "trace.json");
   ASSERT_TRUE(in) << "no trace written";
