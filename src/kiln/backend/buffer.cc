@@ -4,11 +4,17 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "kiln/base/check.h"
 
 namespace kiln::backend {
 
 namespace {
+// Zeros from this size up are fresh pages mapped from the kernel (page aligned, resident only
+// once written), so making the optimizer moments at start-up costs no pass over them.
+constexpr int64_t kMappedZerosBytes = int64_t{1} << 20;
+
 std::byte* raw_allocate(int64_t bytes) {
   size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, size);
@@ -69,8 +75,21 @@ Buffer::Buffer(ir::Shape shape) : shape_(std::move(shape)) {
 }
 
 Buffer Buffer::zeros(ir::Shape shape) {
-  Buffer b(std::move(shape));
-  std::memset(b.data(), 0, static_cast<size_t>(b.byte_size()));
+  KILN_CHECK(!shape.is_tuple()) << "Buffer of tuple shape " << shape.to_string();
+  const int64_t bytes = shape.byte_size();
+  if (bytes < kMappedZerosBytes) {
+    Buffer b(std::move(shape));
+    std::memset(b.data(), 0, static_cast<size_t>(bytes));
+    return b;
+  }
+  // The kernel's zero pages: nothing is written now, and each page becomes resident when
+  // the step first writes it (the optimizer moments: half the state, made at start-up).
+  const size_t size = static_cast<size_t>(bytes);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  KILN_CHECK(p != MAP_FAILED) << "out of memory mapping " << bytes << " bytes of zeros";
+  Buffer b;
+  b.shape_ = std::move(shape);
+  b.data_ = std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [size](std::byte* q) { munmap(q, size); });
   return b;
 }
 

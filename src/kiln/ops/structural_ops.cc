@@ -32,13 +32,16 @@ ir::Literal eval_rng(const Instr& instr, std::span<const ir::Literal* const>) {
   const int64_t seed = instr.attrs().get_int("seed");
   const RngBlock block = rng_block(instr);  // the device's block of a split rng
   std::vector<double> out(static_cast<size_t>(instr.shape().num_elements()));
-  for_each_global_index(block, instr.shape().dims(), 0, instr.shape().num_elements(),
-                        [&](int64_t local, int64_t global) { out[local] = rng_value(dist, seed, global); });
+  std::vector<float> run;
+  for_each_global_run(block, instr.shape().dims(), 0, instr.shape().num_elements(),
+                      [&](int64_t local, int64_t global, int64_t count) {
+                        run.resize(static_cast<size_t>(count));
+                        rng_fill(dist, seed, global, count, run.data());
+                        std::copy(run.begin(), run.end(), out.begin() + local);
+                      });
   // Uniform values must stay below 1 after rounding to a narrow dtype.
   if (dist == RngDistribution::kUniform) {
-    for (double& v : out) {
-      if (v >= 1.0) v = std::nextafter(1.0f, 0.0f);
-    }
+    for (double& v : out) v = round_uniform(instr.shape().dtype(), v);
   }
   return ir::Literal(instr.shape(), std::move(out));
 }

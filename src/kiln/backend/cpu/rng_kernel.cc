@@ -1,8 +1,8 @@
 // The rng op on the CPU: the same counter-based values as its reference evaluation
-// (ops/rng.h), written straight into the result's dtype on all of the device's threads.
-// The initial parameters are made by this kernel, one block per device (a split rng), so
-// start-up costs one pass over each device's own shard.
-#include <cmath>
+// (ops/rng.h, whose vectorised rng_fill both call), written into the result's dtype on all
+// of the device's threads. The initial parameters are made by this kernel, one block per
+// device (a split rng), so start-up costs one pass over each device's own shard.
+#include <algorithm>
 
 #include "kiln/backend/cpu/kernel.h"
 #include "kiln/ops/rng.h"
@@ -12,9 +12,11 @@ namespace {
 
 using ir::DType;
 
-// Below 1 after rounding to a narrow dtype, as the reference evaluation keeps it.
-double clamp_uniform(double v) { return v >= 1.0 ? static_cast<double>(std::nextafter(1.0f, 0.0f)) : v; }
+// Values are made in f32 runs of at most kRun, on the stack, then stored in the dtype.
+constexpr int64_t kRun = 1024;
 
+// store(local_begin, values, count) for every run of the device's block; chunks of rows
+// across the threads.
 template <typename Store>
 void fill(const ir::Instr& instr, Store store) {
   const ops::RngDistribution dist = ops::rng_distribution(instr);
@@ -22,42 +24,41 @@ void fill(const ir::Instr& instr, Store store) {
   const ops::RngBlock block = ops::rng_block(instr);  // on the device's thread: its context
   const std::vector<int64_t>& dims = instr.shape().dims();
   const int64_t n = instr.shape().num_elements();
-  const bool uniform = dist == ops::RngDistribution::kUniform;
-  constexpr int64_t kChunk = 1 << 14;
+  constexpr int64_t kChunk = 1 << 16;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(dynamic)
   for (int64_t c = 0; c < chunks; ++c) {
-    ops::for_each_global_index(block, dims, c * kChunk, std::min(n, (c + 1) * kChunk), [&](int64_t local, int64_t global) {
-      const double v = ops::rng_value(dist, seed, global);
-      store(local, uniform ? clamp_uniform(v) : v);
-    });
+    alignas(64) float values[kRun];
+    ops::for_each_global_run(block, dims, c * kChunk, std::min(n, (c + 1) * kChunk),
+                             [&](int64_t local, int64_t global, int64_t count) {
+                               for (int64_t done = 0; done < count; done += kRun) {
+                                 const int64_t m = std::min(kRun, count - done);
+                                 ops::rng_fill(dist, seed, global + done, m, values);
+                                 store(local + done, values, m);
+                               }
+                             });
   }
 }
 
 Kernel rng_kernel(const ir::Instr& instr) {
   return [&instr](std::span<const Value* const>, Value& out) {
     Buffer& b = out[0];
-    switch (instr.shape().dtype()) {
-      case DType::kF32: {
-        float* y = b.as<float>();
-        fill(instr, [y](int64_t i, double v) { y[i] = static_cast<float>(v); });
-        return;
-      }
-      case DType::kBF16: {
-        // Through f32, as ir::round_to_dtype rounds a double to bf16.
-        uint16_t* y = b.as<uint16_t>();
-        fill(instr, [y](int64_t i, double v) { y[i] = ir::float_to_bf16_bits(static_cast<float>(v)); });
-        return;
-      }
-      case DType::kF64: {
-        double* y = b.as<double>();
-        fill(instr, [y](int64_t i, double v) { y[i] = v; });
-        return;
-      }
-      default:
-        break;
+    const DType dtype = instr.shape().dtype();
+    // Uniform values stay below 1 after rounding (f32 holds the generator's values exactly).
+    const bool round_uniform = ops::rng_distribution(instr) == ops::RngDistribution::kUniform && dtype != DType::kF32;
+    if (dtype == DType::kF32) {
+      float* y = b.as<float>();
+      fill(instr, [y](int64_t at, const float* v, int64_t m) { std::copy(v, v + m, y + at); });
+    } else if (dtype == DType::kBF16 && !round_uniform) {
+      uint16_t* y = b.as<uint16_t>();
+      fill(instr, [y](int64_t at, const float* v, int64_t m) {
+        for (int64_t i = 0; i < m; ++i) y[at + i] = ir::float_to_bf16_bits(v[i]);
+      });
+    } else {
+      fill(instr, [&b, dtype, round_uniform](int64_t at, const float* v, int64_t m) {
+        for (int64_t i = 0; i < m; ++i) b.set(at + i, round_uniform ? ops::round_uniform(dtype, v[i]) : v[i]);
+      });
     }
-    fill(instr, [&b](int64_t i, double v) { b.set(i, v); });
   };
 }
 
