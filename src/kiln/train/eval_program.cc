@@ -3,6 +3,8 @@
 #include "kiln/base/check.h"
 #include "kiln/frontend/graph.h"
 #include "kiln/interp/interpreter.h"
+#include "kiln/spmd/logical_rules.h"
+#include "kiln/spmd/partitioner.h"
 
 namespace kiln::train {
 
@@ -37,53 +39,86 @@ Result<EvalProgram> build_eval_program(const models::Model& model, int64_t batch
   return program;
 }
 
-Result<std::unique_ptr<EvalRunner>> EvalRunner::create(EvalProgram program, bool compiled,
-                                                       const backend::CompileOptions& options) {
+Result<std::unique_ptr<EvalRunner>> EvalRunner::create(EvalProgram program, const StepRunner& runner,
+                                                       const StepProgram& step, const config::Config& config,
+                                                       bool compiled, const backend::CompileOptions& options) {
   std::unique_ptr<EvalRunner> r(new EvalRunner());
   r->program_ = std::move(program);
-  if (compiled) {
-    Result<std::unique_ptr<backend::Executable>> exe = backend::compile_cpu(*r->program_.module, options);
-    if (exe.ok()) {
-      r->exe_ = std::move(*exe);
-      r->compile_s_ = r->exe_->report().compile_seconds;
-    } else {
-      r->fallback_reason_ = exe.status().message();
-    }
-  }
-  if (r->exe_) {
-    r->buffer_args_.resize(static_cast<size_t>(r->program_.num_args()));
+  r->step_ = &step;
+  const StepRunner::Layout layout = runner.layout();
+  r->first_device_ = layout.first_device;
+  if (layout.mesh.axes.empty()) {
+    r->local_ = r->program_.module->clone();
   } else {
-    r->literal_args_.resize(static_cast<size_t>(r->program_.num_args()));
+    // Partitioned like the step: the parameters in the step's shardings, the batch's rows
+    // over the batch axes, the two sums replicated (the partitioner all-reduces them).
+    spmd::PartitionOptions o;
+    o.mesh = spmd::Mesh::from_config(layout.mesh);
+    KILN_ASSIGN_OR_RETURN(o.rules, spmd::LogicalRules::from_config(config));
+    const ir::Computation& entry = *r->program_.module->entry();
+    o.seeds.params.resize(r->program_.num_args());
+    for (int64_t i = 0; i < r->program_.num_params; ++i) o.seeds.params[i] = runner.arg_sharding(step.param_arg(i));
+    for (int field = 0; field < 4; ++field) {
+      const ir::Shape& shape = entry.param(static_cast<int>(r->program_.batch_arg(field)))->shape();
+      std::vector<std::string> notes;
+      ir::Sharding s = o.rules.resolve({"activation_batch", "activation_length"}, shape.dims(), o.mesh, &notes);
+      if (!notes.empty()) {
+        return invalid_argument("the eval batch {}: {} (per_device_batch_size × devices must divide over the batch axes)",
+                                shape.to_string(), notes.front());
+      }
+      o.seeds.params[r->program_.batch_arg(field)] = s;
+      r->batch_shardings_.push_back(s);
+    }
+    o.seeds.outputs.assign(2, ir::Sharding{});
+    KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, spmd::partition(*r->program_.module, o));
+    r->local_ = std::move(partition.module);
+    r->mesh_ = o.mesh;
+  }
+  if (compiled) {
+    for (int64_t d = 0; d < layout.local_devices; ++d) {
+      Result<std::unique_ptr<backend::Executable>> exe = backend::compile_cpu(*r->local_, options);
+      if (!exe.ok()) {
+        r->fallback_reason_ = exe.status().message();
+        r->executables_.clear();
+        break;
+      }
+      if (d == 0) r->compile_s_ = (*exe)->report().compile_seconds;
+      r->executables_.push_back(std::move(*exe));
+    }
   }
   return r;
 }
 
-void EvalRunner::set_param(int64_t i, const ir::Literal& value) {
-  KILN_CHECK(i >= 0 && i < program_.num_params);
-  if (exe_) {
-    buffer_args_[static_cast<size_t>(i)] = backend::Buffer::from_literal(value);
-  } else {
-    literal_args_[static_cast<size_t>(i)] = value;
-  }
-}
-
-Result<EvalSums> EvalRunner::run(const std::vector<ir::Literal>& batch) {
+Result<EvalSums> EvalRunner::run(StepRunner& runner, const std::vector<ir::Literal>& batch) {
   KILN_CHECK(batch.size() == 4);
-  EvalSums sums;
-  if (exe_) {
-    for (int f = 0; f < 4; ++f) buffer_args_[program_.batch_arg(f)] = backend::Buffer::from_literal(batch[f]);
-    KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> out, exe_->run(buffer_args_));
+  std::vector<EvalSums> sums(static_cast<size_t>(runner.layout().local_devices));
+  KILN_RETURN_IF_ERROR(runner.run_on_local_devices([&](int64_t d) -> Status {
+    // This device's rows of the batch (the whole batch on one device).
+    std::vector<ir::Literal> rows;
+    for (int f = 0; f < 4; ++f) {
+      rows.push_back(batch_shardings_.empty() ? batch[f]
+                                              : spmd::shard_literal(batch[f], batch_shardings_[f], mesh_, first_device_ + d));
+    }
+    if (!executables_.empty()) {
+      std::vector<backend::Buffer> args;
+      for (int64_t i = 0; i < program_.num_params; ++i) args.push_back(runner.local_arg_buffer(step_->param_arg(i), d));
+      for (const ir::Literal& v : rows) args.push_back(backend::Buffer::from_literal(v));
+      KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> out, executables_[d]->run(args));
+      KILN_CHECK(out.size() == 2);
+      sums[d] = EvalSums{out[0].get(0), out[1].get(0)};
+      return ok_status();
+    }
+    std::vector<ir::Literal> args;
+    for (int64_t i = 0; i < program_.num_params; ++i) {
+      args.push_back(runner.local_arg_buffer(step_->param_arg(i), d).to_literal());
+    }
+    for (ir::Literal& v : rows) args.push_back(std::move(v));
+    KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> out, interp::run(*local_, args));
     KILN_CHECK(out.size() == 2);
-    sums.xent_sum = out[0].get(0);
-    sums.total_weights = out[1].get(0);
-  } else {
-    for (int f = 0; f < 4; ++f) literal_args_[program_.batch_arg(f)] = batch[f];
-    KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> out, interp::run(*program_.module, literal_args_));
-    KILN_CHECK(out.size() == 2);
-    sums.xent_sum = out[0].scalar_value();
-    sums.total_weights = out[1].scalar_value();
-  }
-  return sums;
+    sums[d] = EvalSums{out[0].scalar_value(), out[1].scalar_value()};
+    return ok_status();
+  }));
+  return sums[0];  // replicated: every device holds the mesh's sums
 }
 
 }  // namespace kiln::train

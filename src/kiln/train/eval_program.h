@@ -6,8 +6,9 @@
 //   outputs: xent_sum, total_weights (f32 []): eval loss = sum xent_sum / sum total_weights
 //            over the eval batches (token-averaged, padding excluded), perplexity = exp(loss)
 //
-// EvalRunner runs it on the trainer's executor kind (compiled CPU executable or reference
-// interpreter) with the parameters the trainer hands it before each evaluation.
+// EvalRunner runs it on the step runner's devices, partitioned like the step: each device
+// reads its own shards of the current parameters where the step keeps them (no copy, no
+// global value) and its rows of the batch, and the program all-reduces the two sums.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,12 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/status.h"
+#include "kiln/config/config.h"
 #include "kiln/ir/literal.h"
 #include "kiln/models/model.h"
+#include "kiln/spmd/mesh.h"
+#include "kiln/train/step_program.h"
+#include "kiln/train/step_runner.h"
 
 namespace kiln::train {
 
@@ -36,23 +41,29 @@ struct EvalSums {
 
 class EvalRunner {
  public:
-  // compiled = true: compiles the program with the CPU backend (falls back to the
+  // compiled = true: one compiled executable per local device (falls back to the
   // interpreter when that fails, as the trainer does, saying why in fallback_reason()).
-  static Result<std::unique_ptr<EvalRunner>> create(EvalProgram program, bool compiled,
-                                                    const backend::CompileOptions& options);
-  void set_param(int64_t i, const ir::Literal& value);
-  // One batch (inputs, targets, positions, segmentation as s32 [B, T] literals).
-  Result<EvalSums> run(const std::vector<ir::Literal>& batch);
-  const char* name() const { return exe_ ? "compiled CPU executable" : "reference interpreter"; }
+  // `runner` holds the state laid out as `step` says; the eval reads its parameters.
+  static Result<std::unique_ptr<EvalRunner>> create(EvalProgram program, const StepRunner& runner,
+                                                    const StepProgram& step, const config::Config& config,
+                                                    bool compiled, const backend::CompileOptions& options);
+  // One global batch (inputs, targets, positions, segmentation as s32 [B, T] literals), with
+  // the runner's current parameters. Collective under MPI: every rank calls it together.
+  Result<EvalSums> run(StepRunner& runner, const std::vector<ir::Literal>& batch);
+  const char* name() const { return executables_.empty() ? "reference interpreter" : "compiled CPU executable"; }
   const std::string& fallback_reason() const { return fallback_reason_; }
   double compile_seconds() const { return compile_s_; }
+  const ir::Module& local_module() const { return *local_; }  // the program as each device runs it
 
  private:
   EvalRunner() = default;
-  EvalProgram program_;
-  std::unique_ptr<backend::Executable> exe_;  // null: the interpreter
-  std::vector<ir::Literal> literal_args_;
-  std::vector<backend::Buffer> buffer_args_;
+  EvalProgram program_;                 // the global program
+  std::unique_ptr<ir::Module> local_;   // as each device runs it (the global one on one device)
+  const StepProgram* step_ = nullptr;
+  std::vector<ir::Sharding> batch_shardings_;  // of the 4 batch fields (empty on one device)
+  spmd::Mesh mesh_;
+  int64_t first_device_ = 0;
+  std::vector<std::unique_ptr<backend::Executable>> executables_;  // one per local device; empty: interpreter
   std::string fallback_reason_;
   double compile_s_ = 0;
 };

@@ -125,6 +125,9 @@ class ShardedRunner : public StepRunner {
   Status set_arg_buffer(int64_t index, backend::Buffer value, int64_t local) override {
     return runners_.at(local)->set_arg_buffer(index, std::move(value), 0);
   }
+  backend::Buffer local_arg_buffer(int64_t index, int64_t local) const override {
+    return runners_.at(local)->local_arg_buffer(index, 0);
+  }
   Status run_on_local_devices(const std::function<Status(int64_t local)>& fn) override {
     return runtime::run_on_devices(*world_, [&](int64_t d) {
       ops::ScopedDeviceContext scope(&contexts_[d]);

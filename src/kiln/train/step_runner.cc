@@ -26,6 +26,11 @@ Status StepRunner::set_arg_buffer(int64_t index, backend::Buffer value, int64_t 
                        local);
 }
 
+backend::Buffer StepRunner::local_arg_buffer(int64_t index, int64_t local) const {
+  KILN_CHECK(local == 0) << name() << " has one device";
+  return backend::Buffer::from_literal(arg(index));
+}
+
 namespace {
 
 const ir::Shape& arg_shape(const StepProgram& program, int64_t index) {
@@ -124,6 +129,10 @@ class CompiledRunner : public StepRunner {
     }
     args_[index] = std::move(value);
     return ok_status();
+  }
+  backend::Buffer local_arg_buffer(int64_t index, int64_t local) const override {
+    KILN_CHECK(local == 0);
+    return args_[index];
   }
   const char* name() const override { return "compiled CPU executable"; }
   void set_observer(backend::InstructionObserver* observer) override { exe_->set_observer(observer); }

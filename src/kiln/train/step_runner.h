@@ -54,6 +54,10 @@ class StepRunner {
   // Local device `local`'s shard of argument `index` from a buffer of its local shape,
   // without a copy where the runner holds Buffers (the initial state is born this way).
   virtual Status set_arg_buffer(int64_t index, backend::Buffer value, int64_t local = 0);
+  // Local device `local`'s shard of argument `index` as a Buffer, sharing the runner's storage
+  // where it holds Buffers (no copy): the eval program reads the parameters this way. Hold
+  // it only while the step is not running (the step updates the state in place).
+  virtual backend::Buffer local_arg_buffer(int64_t index, int64_t local = 0) const;
   // Local device `local`'s own value of argument `index` (its local shape: a batch's rows),
   // never a global value; one device: set_arg.
   virtual Status set_local_arg(int64_t index, const ir::Literal& value, int64_t local) {

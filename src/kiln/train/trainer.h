@@ -90,6 +90,7 @@ class Trainer {
   // Eval loss and perplexity of the current parameters on the eval split (also printed);
   // failed_precondition without an eval split (eval_interval <= 0 or synthetic data).
   Result<double> evaluate();
+  const EvalRunner* eval_runner() const { return eval_runner_.get(); }  // null without an eval split
 
   // Checkpoints (docs/checkpoints.md), in {output_dir}/checkpoints/<step>/. With
   // enable_checkpointing, run() saves every checkpoint_period steps and, with

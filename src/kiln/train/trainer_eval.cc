@@ -16,8 +16,8 @@ Status Trainer::build_eval(const config::Config& config) {
   backend::CompileOptions options;
   options.dump_dir = config.get_string("dump_ir");
   options.verify_each = config.get_bool("verify_each");
-  KILN_ASSIGN_OR_RETURN(eval_runner_,
-                        EvalRunner::create(std::move(program), config.get_string("executor") == "compiled", options));
+  KILN_ASSIGN_OR_RETURN(eval_runner_, EvalRunner::create(std::move(program), *runner_, program_, config,
+                                                         config.get_string("executor") == "compiled", options));
   // The eval batches never change: build them once, so an evaluation never waits for data.
   for (int64_t k = 0; k < eval_batches_; ++k) eval_data_.push_back(to_host_batch(eval_tokens_->batch(k)));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -35,10 +35,9 @@ Result<double> Trainer::evaluate() {
   if (!eval_runner_) {
     return failed_precondition("no eval split: evaluation needs dataset_type=tokens or text and eval_interval > 0");
   }
-  for (int64_t i = 0; i < program_.num_params; ++i) eval_runner_->set_param(i, runner_->arg(program_.param_arg(i)));
   double xent = 0, weights = 0;
   for (const HostBatch& b : eval_data_) {
-    KILN_ASSIGN_OR_RETURN(EvalSums sums, eval_runner_->run({b.inputs, b.targets, b.positions, b.segmentation}));
+    KILN_ASSIGN_OR_RETURN(EvalSums sums, eval_runner_->run(*runner_, {b.inputs, b.targets, b.positions, b.segmentation}));
     xent += sums.xent_sum;
     weights += sums.total_weights;
   }
