@@ -278,4 +278,11 @@ Result<HfImportPlan> plan_hf_import(const std::string& dir) {
   return HfImportPlan{std::move(config), std::move(hf), std::move(*planned), std::move(*yaml)};
 }
 
+bool is_hf_dir(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d(dir);
+  return fs::is_regular_file(d / "config.json", ec) &&
+         (fs::is_regular_file(d / "model.safetensors.index.json", ec) || fs::is_regular_file(d / "model.safetensors", ec));
+}
+
 }  // namespace kiln::checkpoint

@@ -73,4 +73,8 @@ struct HfImportPlan {
 };
 Result<HfImportPlan> plan_hf_import(const std::string& dir);
 
+// A directory in the Hugging Face layout: config.json beside model.safetensors.index.json
+// or model.safetensors (what load_parameters_path accepts besides a Kiln checkpoint).
+bool is_hf_dir(const std::string& dir);
+
 }  // namespace kiln::checkpoint

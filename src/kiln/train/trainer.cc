@@ -1,5 +1,7 @@
 #include "kiln/train/trainer.h"
 
+#include "kiln/checkpoint/hf_import.h"
+
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -214,6 +216,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
     KILN_RETURN_IF_ERROR(t->restore(*resume, /*full_state=*/true, specs, step_options.adamw.mu_dtype));
   } else if (!full_path.empty()) {
     KILN_RETURN_IF_ERROR(t->restore(full_path, /*full_state=*/true, specs, step_options.adamw.mu_dtype));
+  } else if (!params_path.empty() && checkpoint::is_hf_dir(params_path)) {
+    KILN_RETURN_IF_ERROR(t->restore_from_hf(params_path, specs));
   } else if (!params_path.empty()) {
     KILN_RETURN_IF_ERROR(t->restore(params_path, /*full_state=*/false, specs, step_options.adamw.mu_dtype));
   }

@@ -121,6 +121,9 @@ class Trainer {
   // Restores `dir` (a step directory, or a checkpoints directory: its latest) into the state.
   Status restore(const std::string& dir, bool full_state, const std::vector<models::ParamSpec>& specs,
                  ir::DType mu_dtype);
+  // load_parameters_path naming a Hugging Face directory: each tensor streamed, cast to the
+  // run's dtype and cut to each local device's block (trainer_checkpoint.cc).
+  Status restore_from_hf(const std::string& dir, const std::vector<models::ParamSpec>& specs);
 
   std::unique_ptr<models::Model> model_;
   TrainerOptions options_;

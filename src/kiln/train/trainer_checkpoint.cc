@@ -3,12 +3,16 @@
 // device the shard it needs from a checkpoint of any layout.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "kiln/base/progress.h"
+#include "kiln/checkpoint/hf_import.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::train {
@@ -23,6 +27,43 @@ double seconds_since(Clock::time_point start) {
 
 bool is_local(const StepRunner::Layout& l, int64_t device) {
   return device >= l.first_device && device < l.first_device + l.local_devices;
+}
+
+// Row-major elements of dtype `from` as dtype `to` (f32, bf16, f64: a Hugging Face model's
+// bf16 weights become f32 master weights exactly; f32 to bf16 rounds to nearest even).
+Result<std::string> cast_floats(const std::string& bytes, ir::DType from, ir::DType to, const std::string& what) {
+  if (from == to) return bytes;
+  auto is_float = [](ir::DType t) { return t == ir::DType::kF32 || t == ir::DType::kBF16 || t == ir::DType::kF64; };
+  if (!is_float(from) || !is_float(to)) {
+    return failed_precondition("{} is {} but this run needs {}; only float dtypes are cast", what,
+                               ir::dtype_name(from), ir::dtype_name(to));
+  }
+  const int64_t n = static_cast<int64_t>(bytes.size()) / ir::dtype_size(from);
+  std::string out(static_cast<size_t>(n * ir::dtype_size(to)), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    double v = 0;
+    if (from == ir::DType::kBF16) {
+      uint16_t b;
+      std::memcpy(&b, bytes.data() + 2 * i, 2);
+      v = ir::bf16_bits_to_float(b);
+    } else if (from == ir::DType::kF32) {
+      float f;
+      std::memcpy(&f, bytes.data() + 4 * i, 4);
+      v = f;
+    } else {
+      std::memcpy(&v, bytes.data() + 8 * i, 8);
+    }
+    if (to == ir::DType::kBF16) {
+      const uint16_t b = ir::float_to_bf16_bits(static_cast<float>(v));
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    } else if (to == ir::DType::kF32) {
+      const float f = static_cast<float>(v);
+      std::memcpy(out.data() + 4 * i, &f, 4);
+    } else {
+      std::memcpy(out.data() + 8 * i, &v, 8);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -144,6 +185,75 @@ Status Trainer::restore(const std::string& dir, bool full_state, const std::vect
     print(fmt::format("loaded {} parameter tensors from {} (parameters only; optimizer state and step start fresh)",
                       program_.num_params, step_dir));
   }
+  return ok_status();
+}
+
+Status Trainer::restore_from_hf(const std::string& dir, const std::vector<models::ParamSpec>& specs) {
+  // Config, index and every file's header are read and checked first (hf_import.h).
+  KILN_ASSIGN_OR_RETURN(checkpoint::HfImportPlan plan, checkpoint::plan_hf_import(dir));
+  std::map<std::string, const checkpoint::KilnFromHf*> planned;
+  for (const checkpoint::KilnFromHf& t : plan.tensors) planned[t.name] = &t;
+  for (int64_t i = 0; i < program_.num_params; ++i) {
+    const ir::Shape& shape = program_.module->entry()->param(static_cast<int>(program_.param_arg(i)))->shape();
+    auto it = planned.find(specs[i].name);
+    if (it == planned.end()) {
+      return failed_precondition("Hugging Face directory {}: nothing in it makes parameter {} {} (a different model?)",
+                                 dir, specs[i].name, shape.to_string());
+    }
+    if (it->second->shape.dims() != shape.dims()) {
+      return failed_precondition("Hugging Face directory {}: {} makes parameter {} as {} but this run needs {} (a "
+                                 "different model config?)",
+                                 dir, it->second->source, specs[i].name, it->second->shape.to_string(),
+                                 shape.to_string());
+    }
+  }
+  if (static_cast<int64_t>(planned.size()) != program_.num_params) {
+    for (const auto& [name, t] : planned) {
+      if (std::none_of(specs.begin(), specs.end(), [&](const models::ParamSpec& p) { return p.name == name; })) {
+        return failed_precondition("Hugging Face directory {}: {} ({}) is not part of this run's model (a different "
+                                   "model config?)",
+                                   dir, t->source, name);
+      }
+    }
+  }
+  // One Kiln tensor at a time in its source dtype (the process's peak is the largest tensor,
+  // not the model), then each local device's block of it, cast to the run's dtype. Nothing
+  // is set before every tensor has been read.
+  const StepRunner::Layout layout = runner_->layout();
+  struct Set {
+    int64_t arg, local;
+    std::string bytes;
+  };
+  std::vector<Set> sets;
+  int64_t total = 0;
+  for (const checkpoint::KilnFromHf& t : plan.tensors) total += t.shape.byte_size();
+  Progress progress("load Hugging Face model " + dir, total,
+                    Progress::Options{.unit = Progress::Unit::kBytes,
+                                      .mode = layout.rank == 0 ? Progress::Mode::kAuto : Progress::Mode::kOff});
+  for (int64_t i = 0; i < program_.num_params; ++i) {
+    const int64_t arg = program_.param_arg(i);
+    const ir::Shape& shape = program_.module->entry()->param(static_cast<int>(arg))->shape();
+    const checkpoint::KilnFromHf& t = *planned.at(specs[i].name);
+    KILN_ASSIGN_OR_RETURN(std::string whole, plan.checkpoint.produce(t));
+    const checkpoint::Region all{std::vector<int64_t>(shape.dims().size(), 0), shape.dims()};
+    const int elem = ir::dtype_size(t.shape.dtype());
+    for (int64_t d = 0; d < layout.local_devices; ++d) {
+      const checkpoint::Region mine =
+          checkpoint::shard_region(shape.dims(), runner_->arg_sharding(arg), layout.mesh, layout.first_device + d);
+      std::string block(static_cast<size_t>(mine.num_elements() * elem), '\0');
+      checkpoint::copy_overlap(whole, all, block, mine, elem);
+      KILN_ASSIGN_OR_RETURN(std::string cast, cast_floats(block, t.shape.dtype(), shape.dtype(),
+                                                          fmt::format("{}: {}", dir, t.source)));
+      sets.push_back({arg, d, std::move(cast)});
+    }
+    progress.advance(t.shape.byte_size());
+  }
+  progress.finish();
+  for (const Set& s : sets) KILN_RETURN_IF_ERROR(runner_->set_arg_bytes(s.arg, s.bytes, s.local));
+  restored_from_ = dir;
+  print(fmt::format("loaded {} parameter tensors from the Hugging Face model {} (parameters only; optimizer state and "
+                    "step start fresh)",
+                    program_.num_params, dir));
   return ok_status();
 }
 
