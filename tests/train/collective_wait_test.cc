@@ -45,7 +45,9 @@ TEST(CollectiveWait, TensorBoardCarriesItOnlyWithCollectives) {
   const std::vector<Scalar> s = tensorboard_scalars(r);
   ASSERT_EQ(has_wait(s), 1);
   for (const Scalar& x : s) {
-    if (x.tag == "perf/collective_wait_seconds") EXPECT_FLOAT_EQ(x.value, 0.0125f);
+    if (x.tag == "perf/collective_wait_seconds") {
+      EXPECT_FLOAT_EQ(x.value, 0.0125f);
+    }
   }
 }
 

@@ -132,94 +132,44 @@ Result<TensorMap> gpt_oss_to_hf(const TensorMap& k) {
 }
 
 Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t H) {
-  Reader r(hf, "Hugging Face");
-  TensorMap k;
+  // The streaming import's plan (below: the one place the mapping is written), carried out
+  // on the literals.
+  HfShapes shapes;
   for (const auto& [name, t] : hf) {
     if (name.ends_with("_blocks") || name.ends_with("_scales")) {
       return invalid_argument("Hugging Face tensor {} is MXFP4-quantized; dequantize it first (read_hf_tensors)", name);
     }
+    shapes[name] = HfTensorInfo{safetensors_dtype(t.shape().dtype()), t.shape().dims(), false};
   }
-  KILN_ASSIGN_OR_RETURN(const ir::Literal* emb, r.get("model.embed_tokens.weight", 2));
-  const int64_t V = emb->shape().dims()[0], D = emb->shape().dims()[1];
-  k["token_embedder.embedding"] = *emb;
-  const int64_t layers = count_layers(hf, "model.layers.", ".self_attn.q_proj.weight");
-  if (layers == 0) return not_found("Hugging Face tensor model.layers.0.self_attn.q_proj.weight is missing");
-  if (H <= 0) return invalid_argument("num_attention_heads={} must be positive", H);
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string n = fmt::format("layers.{}.", l), m = fmt::format("model.layers.{}.", l);
-    const std::string a = n + "self_attention.";
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* pre, r.get(m + "input_layernorm.weight", 1));
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* post, r.get(m + "post_attention_layernorm.weight", 1));
-    k[n + "pre_self_attention_layer_norm.scale"] = *pre;
-    k[n + "post_self_attention_layer_norm.scale"] = *post;
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* q, r.get(m + "self_attn.q_proj.weight", 2));
-    if (q->shape().dims()[0] % H != 0) {
-      return invalid_argument("Hugging Face tensor {}self_attn.q_proj.weight has {} rows, not a multiple of {} heads", m,
-                              q->shape().dims()[0], H);
-    }
-    const int64_t Dh = q->shape().dims()[0] / H;
-    for (const char* which : {"query", "key", "value"}) {
-      const std::string proj = m + "self_attn." + std::string(1, which[0]) + "_proj";
-      KILN_ASSIGN_OR_RETURN(const ir::Literal* w, r.get(proj + ".weight", 2));  // [heads*Dh, D]
-      const int64_t rows = w->shape().dims()[0], heads = rows / Dh;
-      KILN_RETURN_IF_ERROR(r.expect_dims(proj + ".weight", *w, {heads * Dh, D}));
-      k[a + which + ".kernel"] = make(w->shape().dtype(), {D, heads, Dh}, transpose2d(w->values(), rows, D));
-      if (r.has(proj + ".bias")) {
-        KILN_ASSIGN_OR_RETURN(const ir::Literal* b, r.get(proj + ".bias", 1));
-        KILN_RETURN_IF_ERROR(r.expect_dims(proj + ".bias", *b, {heads * Dh}));
-        k[a + which + ".bias"] = make(b->shape().dtype(), {heads, Dh}, b->values());
-      }
-    }
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* o, r.get(m + "self_attn.o_proj.weight", 2));  // [D, H*Dh]
-    KILN_RETURN_IF_ERROR(r.expect_dims(m + "self_attn.o_proj.weight", *o, {D, H * Dh}));
-    k[a + "out.kernel"] = make(o->shape().dtype(), {H, Dh, D}, transpose2d(o->values(), D, H * Dh));
-    if (r.has(m + "self_attn.o_proj.bias")) k[a + "out.bias"] = hf.at(m + "self_attn.o_proj.bias");
-    if (r.has(m + "self_attn.sinks")) k[a + "sinks"] = hf.at(m + "self_attn.sinks");
-
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* router, r.get(m + "mlp.router.weight", 2));  // [E, D]
-    const int64_t E = router->shape().dims()[0];
-    k[n + "mlp.gate.kernel"] = make(router->shape().dtype(), {D, E}, transpose2d(router->values(), E, D));
-    if (r.has(m + "mlp.router.bias")) k[n + "mlp.gate.bias"] = hf.at(m + "mlp.router.bias");
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* gu, r.get(m + "mlp.experts.gate_up_proj", 3));
-    const int64_t I2 = gu->shape().dims()[2], I = I2 / 2;
-    KILN_RETURN_IF_ERROR(r.expect_dims(m + "mlp.experts.gate_up_proj", *gu, {E, D, 2 * I}));
-    std::vector<double> w0(static_cast<size_t>(E * D * I)), w1(w0.size());
-    for (int64_t row = 0; row < E * D; ++row)
-      for (int64_t i = 0; i < I; ++i) {
-        w0[row * I + i] = gu->values()[row * 2 * I + 2 * i];
-        w1[row * I + i] = gu->values()[row * 2 * I + 2 * i + 1];
-      }
-    k[n + "mlp.wi_0"] = make(gu->shape().dtype(), {E, D, I}, std::move(w0));
-    k[n + "mlp.wi_1"] = make(gu->shape().dtype(), {E, D, I}, std::move(w1));
-    if (r.has(m + "mlp.experts.gate_up_proj_bias")) {
-      KILN_ASSIGN_OR_RETURN(const ir::Literal* gb, r.get(m + "mlp.experts.gate_up_proj_bias", 2));
-      KILN_RETURN_IF_ERROR(r.expect_dims(m + "mlp.experts.gate_up_proj_bias", *gb, {E, 2 * I}));
-      std::vector<double> b0(static_cast<size_t>(E * I)), b1(b0.size());
-      for (int64_t e = 0; e < E; ++e)
-        for (int64_t i = 0; i < I; ++i) {
-          b0[e * I + i] = gb->values()[e * 2 * I + 2 * i];
-          b1[e * I + i] = gb->values()[e * 2 * I + 2 * i + 1];
+  KILN_ASSIGN_OR_RETURN(std::vector<KilnFromHf> plan, plan_gpt_oss_from_hf(shapes, H));
+  TensorMap k;
+  for (const KilnFromHf& t : plan) {
+    const std::vector<double>& x = hf.at(t.source).values();
+    switch (t.transform) {
+      case HfTransform::kCopy:
+        k[t.name] = make(t.shape.dtype(), t.shape.dims(), x);
+        break;
+      case HfTransform::kTranspose:
+        k[t.name] = make(t.shape.dtype(), t.shape.dims(), transpose2d(x, t.rows, t.cols));
+        break;
+      case HfTransform::kColumns: {
+        // Columns first, first + step, ... of the source as [rows, cols].
+        const int64_t kept = t.cols / t.step;
+        std::vector<double> out(static_cast<size_t>(t.rows * kept));
+        for (int64_t r = 0; r < t.rows; ++r) {
+          for (int64_t c = 0; c < kept; ++c) out[r * kept + c] = x[r * t.cols + t.first + c * t.step];
         }
-      k[n + "mlp.wi_0_bias"] = make(gb->shape().dtype(), {E, I}, std::move(b0));
-      k[n + "mlp.wi_1_bias"] = make(gb->shape().dtype(), {E, I}, std::move(b1));
+        k[t.name] = make(t.shape.dtype(), t.shape.dims(), std::move(out));
+        break;
+      }
     }
-    KILN_ASSIGN_OR_RETURN(const ir::Literal* down, r.get(m + "mlp.experts.down_proj", 3));
-    KILN_RETURN_IF_ERROR(r.expect_dims(m + "mlp.experts.down_proj", *down, {E, I, D}));
-    k[n + "mlp.wo"] = *down;
-    if (r.has(m + "mlp.experts.down_proj_bias")) k[n + "mlp.wo_bias"] = hf.at(m + "mlp.experts.down_proj_bias");
   }
-  KILN_ASSIGN_OR_RETURN(const ir::Literal* norm, r.get("model.norm.weight", 1));
-  k["decoder_norm.scale"] = *norm;
-  KILN_ASSIGN_OR_RETURN(const ir::Literal* head, r.get("lm_head.weight", 2));
-  KILN_RETURN_IF_ERROR(r.expect_dims("lm_head.weight", *head, {V, D}));
-  k["logits_dense.kernel"] = make(head->shape().dtype(), {D, V}, transpose2d(head->values(), V, D));
   return k;
 }
 
 Result<std::vector<KilnFromHf>> plan_gpt_oss_from_hf(const HfShapes& hf, int64_t H) {
-  // Mirrors gpt_oss_from_hf step for step (same checks, same messages), recording what to
-  // do instead of doing it; HfImport.StreamingImportMatchesTheInMemoryConverterByteForByte
-  // holds the two together.
+  // The mapping's one definition (gpt_oss_from_hf carries it out on literals): every check
+  // and message, and what to do with each tensor instead of doing it.
   auto get = [&](const std::string& name, int rank) -> Result<ir::Shape> {
     auto it = hf.find(name);
     if (it == hf.end()) return not_found("Hugging Face tensor {} is missing", name);
