@@ -16,7 +16,13 @@ widened: 629 M parameters, 7 GiB of state), --rounds runs of each (median; the o
 rotates between rounds), and prints the init time, the process's peak resident memory after
 the init, and the speed-up over the interpreted init (the goal: 20x).
 
+With --before OTHER_KILN (a build of an earlier commit), its interpreted init is timed too
+and the speed-ups are also given against it ("interpreted before"): the interpreter shares
+the generator with the compiled kernel, so making the generator faster made this build's
+interpreted init faster as well.
+
 Usage: /usr/bin/python3 bench/init_vs_interpreted.py [--kiln build/kiln] [--rounds 3] [--models small,large]
+                                                     [--before OTHER_KILN]
 """
 import argparse
 import re
@@ -58,39 +64,51 @@ def main():
     parser.add_argument("--kiln", default="build/kiln")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", default="small,large")
+    parser.add_argument("--before", default="", help="another kiln binary whose interpreted init is timed too")
     args = parser.parse_args()
+    variants = list(VARIANTS)
+    if args.before:
+        variants.insert(0, ("interp. before", ["executor=interpreter"]))
 
     rows = []
     for key in args.models.split(","):
         label, model_args = MODELS[key]
-        times = {name: [] for name, _ in VARIANTS}
-        peaks = {name: 0.0 for name, _ in VARIANTS}
+        times = {name: [] for name, _ in variants}
+        peaks = {name: 0.0 for name, _ in variants}
         state = params = 0
         with tempfile.TemporaryDirectory() as out:
             for r in range(args.rounds):
-                order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+                order = variants[r % len(variants):] + variants[:r % len(variants)]
                 for name, extra in order:
-                    seconds, state_gib, peak_gib, params = init_once(args.kiln, model_args + extra, out)
+                    kiln = args.before if name == "interp. before" else args.kiln
+                    seconds, state_gib, peak_gib, params = init_once(kiln, model_args + extra, out)
                     times[name].append(seconds)
                     peaks[name] = max(peaks[name], peak_gib)
                     if name == "compiled":
                         state = state_gib
         base = statistics.median(times["interpreted"])
-        for name, _ in VARIANTS:
+        before = statistics.median(times["interp. before"]) if args.before else 0.0
+        for name, _ in variants:
             t = statistics.median(times[name])
-            rows.append((label, params, state, name, t, peaks[name], base / t))
+            rows.append((label, params, state, name, t, peaks[name], base / t, before / t))
 
     print("\ninit program: compiled and sharded vs interpreted (median of %d runs; `kiln train ... steps=0`)" % args.rounds)
-    print("%-20s %12s %9s  %-12s %9s %11s %9s" % ("model", "parameters", "state", "init", "seconds", "peak RSS",
-                                                 "speed-up"))
-    for label, params, state, name, t, peak, speedup in rows:
-        print("%-20s %12s %6.2f GiB  %-12s %9.3f %7.2f GiB %8.1fx" % (label, "{:,}".format(params), state, name, t,
-                                                                    peak, speedup))
-    worst = min(s for _, _, _, name, _, _, s in rows if name != "interpreted")
-    print("goal: compiled init at least 20x faster than interpreted: %s (lowest %.1fx)"
+    print("%-20s %12s %9s  %-14s %9s %11s %12s %12s" % ("model", "parameters", "state", "init", "seconds",
+                                                        "peak RSS", "vs interp.", "vs before"))
+    for label, params, state, name, t, peak, speedup, vs_before in rows:
+        print("%-20s %12s %6.2f GiB  %-14s %9.3f %7.2f GiB %11.1fx %11s" % (
+            label, "{:,}".format(params), state, name, t, peak, speedup,
+            "%.1fx" % vs_before if args.before else "-"))
+    compiled = [r for r in rows if r[3].startswith("compiled")]
+    worst = min(r[6] for r in compiled)
+    print("goal: compiled init at least 20x faster than this build's interpreted init: %s (lowest %.1fx)"
           % ("met" if worst >= 20 else "NOT met", worst))
-    print("command: /usr/bin/python3 bench/init_vs_interpreted.py --kiln %s --rounds %d --models %s"
-          % (args.kiln, args.rounds, args.models))
+    if args.before:
+        worst_before = min(r[7] for r in compiled)
+        print("      and than the interpreted init of %s: %s (lowest %.1fx)"
+              % (args.before, "met" if worst_before >= 20 else "NOT met", worst_before))
+    print("command: /usr/bin/python3 bench/init_vs_interpreted.py --kiln %s --rounds %d --models %s%s"
+          % (args.kiln, args.rounds, args.models, " --before " + args.before if args.before else ""))
 
 
 if __name__ == "__main__":
