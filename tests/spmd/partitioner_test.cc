@@ -72,6 +72,48 @@ ENTRY computation @main {
   EXPECT_NE(text.find("mesh_axes=tensor"), std::string::npos) << text;
 }
 
+// An embedding table's gradient: the hidden-state gradient [B, T, D] split over the batch is
+// scattered into zeros on each device (a partial sum over fsdp) and reduce-scattered onto the
+// table's D split; the updates are never gathered, so the temporary does not grow with the
+// device count. A table larger than the updates keeps gathering them (the smaller move).
+const char* kEmbeddingGradient = R"(module @embedding_grad
+
+ENTRY computation @main {
+  %ids = s32[16,4] parameter(), index=0
+  %g = f32[16,4,8] parameter(), index=1
+  %w = f32[6,8] parameter(), index=2
+  %zero = f32[] constant(0)
+  %z = f32[6,8] broadcast(%zero), dims={}
+  %dw = f32[6,8] scatter_add(%z, %ids, %g), axis=0, batch_dims=0
+  %w2 = f32[6,8] sub(%w, %dw)
+  ROOT %r = (f32[6,8]) tuple(%w2)
+}
+)";
+
+TEST(PartitionerTest, AnEmbeddingGradientIsScatteredPerDeviceAndReduceScattered) {
+  Case c{kEmbeddingGradient, Mesh({"fsdp"}, {4}),
+         {sh({{"fsdp"}, {}}), sh({{"fsdp"}, {}, {}}), sh({{}, {"fsdp"}})}, {sh({{}, {"fsdp"}})}};
+  std::string text = check_equivalent(c);
+  EXPECT_EQ(count(text, "all_gather("), 0) << text;
+  EXPECT_EQ(count(text, "reduce_scatter("), 1) << text;
+  EXPECT_NE(text.find("f32[6,8] scatter_add("), std::string::npos) << text;  // the whole table, partial sums
+  EXPECT_NE(text.find("f32[4,4,8] parameter()"), std::string::npos) << text;  // the updates stay split
+}
+
+TEST(PartitionerTest, AScatterIntoALargerTableGathersTheUpdates) {
+  std::string ir = kEmbeddingGradient;
+  for (auto [from, to] : {std::pair<std::string, std::string>{"f32[6,8]", "f32[600,8]"}}) {
+    for (size_t at = ir.find(from); at != std::string::npos; at = ir.find(from, at + to.size())) {
+      ir.replace(at, from.size(), to);
+    }
+  }
+  Case c{ir, Mesh({"fsdp"}, {4}), {sh({{"fsdp"}, {}}), sh({{"fsdp"}, {}, {}}), sh({{}, {"fsdp"}})},
+         {sh({{}, {"fsdp"}})}};
+  std::string text = check_equivalent(c);
+  EXPECT_EQ(count(text, "reduce_scatter("), 0) << text;
+  EXPECT_GE(count(text, "all_gather("), 1) << text;
+}
+
 TEST(PartitionerTest, OpsWithoutARuleRunOnReplicatedValues) {
   const char* ir = R"(module @sorted
 

@@ -19,13 +19,15 @@ namespace {
 
 constexpr int kSteps = 8;
 
+// reuse = false: fresh data every step, so each step's micro-batches are new rows; true: the
+// same global batch every step (its micro-batches still differ), which the model memorises,
+// so its loss must fall (on fresh uniform tokens it only wanders around ln(vocab)).
 std::vector<double> losses(int64_t devices, int64_t per_device_batch, int64_t accumulation,
-                           const std::vector<std::string>& mesh, const std::string& name) {
+                           const std::vector<std::string>& mesh, const std::string& name, bool reuse = false) {
   std::vector<std::string> extra = mesh;
   extra.push_back("per_device_batch_size=" + std::to_string(per_device_batch));
   extra.push_back("gradient_accumulation_steps=" + std::to_string(accumulation));
-  // Fresh data every step (not one reused batch), so each micro-batch differs.
-  extra.push_back("reuse_example_batch=0");
+  extra.push_back(reuse ? "reuse_example_batch=1" : "reuse_example_batch=0");
   return testing::sharded_tiny_losses(extra, devices, "accum_" + name, "compiled", kSteps);
 }
 
@@ -40,7 +42,11 @@ TEST(GradientAccumulation, FourMicroBatchesEqualOneBatchOnOneDevice) {
   std::vector<double> one = losses(1, 4, 1, {}, "single_b4");
   std::vector<double> four = losses(1, 1, 4, {}, "single_b1x4");
   expect_equal_losses(four, one);
-  EXPECT_LT(four.back(), four.front());
+  // One batch of 4 rows memorised in micro-batches of 1: the loss falls.
+  std::vector<double> reused_one = losses(1, 4, 1, {}, "single_b4_reused", true);
+  std::vector<double> reused_four = losses(1, 1, 4, {}, "single_b1x4_reused", true);
+  expect_equal_losses(reused_four, reused_one);
+  EXPECT_LT(reused_four.back(), reused_four.front() - 0.5);
 }
 
 TEST(GradientAccumulation, TwoMicroBatchesEqualOneBatchOnFsdpTimesExpert) {

@@ -305,6 +305,7 @@ class Partitioner {
 
     // Dimensions summed over that stay split: their partial sums are added up afterwards.
     std::set<std::string> kept;
+    bool fresh_zeros = false;  // a scatter_add's zeros, made at the local shape it wants
     if (instr.opcode() == Opcode::kDotGeneral) {
       const auto& lc = instr.attrs().get_ints("lhs_contract");
       const auto& rc = instr.attrs().get_ints("rhs_contract");
@@ -317,6 +318,17 @@ class Partitioner {
         kept.insert(a.begin(), a.end());
         want[0].dims[lc[k]] = a;
         want[1].dims[rc[k]] = a;
+      }
+    } else if (instr.opcode() == Opcode::kScatterAdd) {
+      // Each device scatters its own rows into zeros (propagation.h): its indices' matching
+      // dimensions split the same way.
+      const int64_t axis = instr.attrs().get_int("axis");
+      const int64_t bd = instr.attrs().get_int_or("batch_dims", 0);
+      for (const auto& [d, a] : scatter_add_partial_dims(instr, value_of(instr.operand(2)).spec)) {
+        kept.insert(a.begin(), a.end());
+        want[2].dims[d] = a;
+        want[1].dims[bd + (d - axis)] = a;
+        fresh_zeros = true;
       }
     } else if (instr.opcode() == Opcode::kReduceSum) {
       const Spec& x = value_of(instr.operand(0)).spec;
@@ -347,7 +359,15 @@ class Partitioner {
     produced.partial = in_mesh_order(Axes(kept.begin(), kept.end()));
 
     std::vector<Instr*> operands;
-    for (int i = 0; i < n; ++i) operands.push_back(reshard(value_of(instr.operand(i)), want[i]));
+    for (int i = 0; i < n; ++i) {
+      if (i == 0 && fresh_zeros) {
+        const Instr& zeros = *instr.operand(0);
+        operands.push_back(b_->emit(Opcode::kBroadcast, {value_of(zeros.operand(0)).value}, zeros.attrs(),
+                                    want[0].local_shape(zeros.shape(), mesh_)));
+        continue;
+      }
+      operands.push_back(reshard(value_of(instr.operand(i)), want[i]));
+    }
     ir::Attrs attrs = instr.attrs();
     ir::Shape local = produced.local_shape(instr.shape(), mesh_);
     if (instr.opcode() == Opcode::kSlice) {

@@ -86,6 +86,35 @@ std::vector<std::vector<int>> passthrough_map(const Instr& instr) {
 
 namespace {
 
+// A broadcast of the scalar constant 0 (Builder::zeros: what a gather's gradient scatters into).
+bool is_zeros(const Instr& x) {
+  if (x.opcode() != Opcode::kBroadcast || x.operand(0)->opcode() != Opcode::kConstant) return false;
+  const ir::Literal& v = x.operand(0)->literal();
+  return v.shape().num_elements() == 1 && v.values()[0] == 0.0;
+}
+
+}  // namespace
+
+std::vector<std::pair<int, Axes>> scatter_add_partial_dims(const Instr& instr, const Spec& updates) {
+  if (instr.opcode() != Opcode::kScatterAdd || !is_zeros(*instr.operand(0))) return {};
+  if (instr.operand(0)->shape().byte_size() >= instr.operand(2)->shape().byte_size()) return {};
+  const std::vector<int> um = passthrough_map(instr)[2];
+  std::vector<std::pair<int, Axes>> kept;
+  std::set<std::string> used;
+  for (size_t d = 0; d < um.size() && d < updates.dims.size(); ++d) {
+    const Axes& a = updates.dims[d];
+    const int64_t axis = instr.attrs().get_int("axis");
+    const bool index_dim = static_cast<int64_t>(d) >= axis && um[d] < 0;
+    if (!index_dim || a.empty()) continue;
+    if (std::any_of(a.begin(), a.end(), [&](const std::string& x) { return used.count(x) > 0; })) continue;
+    used.insert(a.begin(), a.end());
+    kept.emplace_back(static_cast<int>(d), a);
+  }
+  return kept;
+}
+
+namespace {
+
 class Propagator {
  public:
   Propagator(const ir::Computation& entry, const Mesh& mesh) : entry_(entry), mesh_(mesh) {}
@@ -181,6 +210,10 @@ class Propagator {
 
   // Contractions and sums over split dimensions: their layout is best chosen by the users.
   bool leaves_partial(const Instr& instr) const {
+    if (instr.opcode() == Opcode::kScatterAdd) {
+      auto u = specs.find(instr.operand(2));
+      return u != specs.end() && !scatter_add_partial_dims(instr, u->second).empty();
+    }
     std::vector<std::vector<int>> m = passthrough_map(instr);
     if (instr.opcode() == Opcode::kDotGeneral) {
       const auto& lc = instr.attrs().get_ints("lhs_contract");

@@ -37,6 +37,15 @@ bool has_passthrough(const ir::Instr& instr);
 // result along it reads element i of the operand) are mapped.
 std::vector<std::vector<int>> passthrough_map(const ir::Instr& instr);
 
+// A scatter_add into zeros whose updates are split along their index dimensions (an
+// embedding's gradient: the hidden-state gradient split over the batch) scatters each
+// device's own rows into a zero table: the result is a partial sum over those axes, added up
+// where its users want it (a reduce-scatter onto the table's split) instead of the updates
+// being all-gathered whole, whose size grows with the device count. Chosen when the table is
+// smaller than the whole updates. The (updates dimension, axes) pairs it keeps split; empty
+// when the rule does not apply.
+std::vector<std::pair<int, Axes>> scatter_add_partial_dims(const ir::Instr& instr, const Spec& updates);
+
 std::unordered_map<const ir::Instr*, Spec> propagate(const ir::Computation& entry, const Mesh& mesh,
                                                      const LogicalRules& rules, const PropagationSeeds& seeds,
                                                      std::vector<std::string>* notes);
