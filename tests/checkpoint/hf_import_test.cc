@@ -19,6 +19,7 @@
 #include "kiln/checkpoint/hf_import.h"
 #include "kiln/checkpoint/mxfp4.h"
 #include "kiln/checkpoint/safetensors.h"
+#include "kiln/checkpoint/shard_layout.h"
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "tests/testing/cli.h"
@@ -58,6 +59,54 @@ Status reference_convert(const fs::path& in, const fs::path& out) {
 kiln::testing::CliRun convert(const fs::path& in, const fs::path& out) {
   return kiln::testing::run_command("KILN_PROGRESS=off " + std::string(KILN_BINARY),
                                     "convert --from hf --to kiln " + in.string() + " " + out.string());
+}
+
+TEST(HfImport, ABlockOfEveryTensorIsThatBlockOfTheWholeTensor) {
+  // What a device of a sharded run reads (load_parameters_path=HF_DIR): blocks along each
+  // dimension, a middle block, an empty one and the whole tensor, for every planned tensor
+  // (copies, transposes, gate/up columns, MXFP4).
+  const fs::path dir = fresh_dir("blocks");
+  write_hf_fixture(dir / "hf");
+  auto plan = plan_hf_import((dir / "hf").string());
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  int64_t checked = 0;
+  for (const KilnFromHf& t : plan->tensors) {
+    auto whole = plan->checkpoint.produce(t);
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+    const std::vector<int64_t>& dims = t.shape.dims();
+    const Region all{std::vector<int64_t>(dims.size(), 0), dims};
+    std::vector<Region> blocks = {all};
+    for (size_t d = 0; d < dims.size(); ++d) {
+      for (int64_t part = 0; part < 2 && dims[d] >= 2; ++part) {
+        Region r = all;
+        r.dims[d] = dims[d] / 2;
+        r.offset[d] = part * (dims[d] - dims[d] / 2);
+        blocks.push_back(r);
+      }
+    }
+    Region middle = all, empty = all;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      middle.offset[d] = dims[d] / 3;
+      middle.dims[d] = std::max<int64_t>(1, dims[d] / 2);
+      if (middle.offset[d] + middle.dims[d] > dims[d]) middle.dims[d] = dims[d] - middle.offset[d];
+    }
+    if (!dims.empty()) empty.dims[0] = 0;
+    blocks.push_back(middle);
+    blocks.push_back(empty);
+    const int elem = ir::dtype_size(t.shape.dtype());
+    for (const Region& b : blocks) {
+      std::string want(static_cast<size_t>(b.num_elements() * elem), '\0');
+      copy_overlap(*whole, all, want, b, elem);
+      auto got = plan->checkpoint.produce_block(t, b);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      EXPECT_TRUE(*got == want) << t.name << " block at [" << ir::dims_to_string(b.offset) << "] of ["
+                                << ir::dims_to_string(b.dims) << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+  Region outside{{0, 0}, {1000, 1}};
+  EXPECT_FALSE(plan->checkpoint.produce_block(plan->tensors.front(), outside).ok());
 }
 
 TEST(HfImport, StreamingImportMatchesTheInMemoryConverterByteForByte) {

@@ -218,6 +218,138 @@ Result<std::string> HfCheckpoint::produce_plain(const KilnFromHf& t, const Locat
   return out;
 }
 
+namespace {
+
+// Where Kiln element k of a planned tensor comes from in its source, viewed as the matrix
+// [rows, cols] (kCopy: the identity on [elements / last dim, last dim]).
+struct SourceMap {
+  HfTransform transform;
+  int64_t rows, cols, kept, first, step;
+  int64_t source_of(int64_t k) const {
+    switch (transform) {
+      case HfTransform::kCopy: return k;
+      case HfTransform::kTranspose: return (k % rows) * cols + k / rows;  // Kiln [cols, rows]
+      case HfTransform::kColumns: return (k / kept) * cols + first + (k % kept) * step;
+    }
+    return k;
+  }
+  // The Kiln element that source element (r, c) becomes, or -1 (a column kColumns drops).
+  int64_t kiln_of(int64_t r, int64_t c) const {
+    switch (transform) {
+      case HfTransform::kCopy: return r * cols + c;
+      case HfTransform::kTranspose: return c * rows + r;
+      case HfTransform::kColumns:
+        if (c < first || (c - first) % step != 0) return -1;
+        return r * kept + (c - first) / step;
+    }
+    return -1;
+  }
+};
+
+// Calls fn(local_begin, global_begin, count) for each run of `block` contiguous in `dims`
+// (row-major, one per row of the block's last dimension).
+template <typename Fn>
+void for_each_block_run(const std::vector<int64_t>& dims, const Region& block, Fn&& fn) {
+  const int rank = static_cast<int>(dims.size());
+  if (rank == 0) {
+    fn(int64_t{0}, int64_t{0}, int64_t{1});
+    return;
+  }
+  if (block.num_elements() == 0) return;
+  std::vector<int64_t> idx(rank, 0);
+  const int64_t row = block.dims[rank - 1];
+  for (int64_t local = 0; local < block.num_elements(); local += row) {
+    int64_t rest = local / row, global = 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      idx[d] = rest % block.dims[d];
+      rest /= block.dims[d];
+    }
+    for (int d = 0; d < rank - 1; ++d) global = global * dims[d] + block.offset[d] + idx[d];
+    global = global * dims[rank - 1] + block.offset[rank - 1];
+    fn(local, global, row);
+  }
+}
+
+// The position of Kiln element k inside `block` (row-major), or -1 outside it.
+int64_t block_position(int64_t k, const std::vector<int64_t>& dims, const Region& block) {
+  int64_t pos = 0, stride = 1;
+  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+    const int64_t i = k % dims[d] - block.offset[d];
+    k /= dims[d];
+    if (i < 0 || i >= block.dims[d]) return -1;
+    pos += i * stride;
+    stride *= block.dims[d];
+  }
+  return pos;
+}
+
+}  // namespace
+
+Result<std::string> HfCheckpoint::produce_block(const KilnFromHf& t, const Region& block) const {
+  const std::vector<int64_t>& dims = t.shape.dims();
+  if (block.dims.size() != dims.size() || block.offset.size() != dims.size()) {
+    return internal_error("{}: a rank-{} block of {} {}", dir_, block.dims.size(), t.name, t.shape.to_string());
+  }
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (block.offset[d] < 0 || block.dims[d] < 0 || block.offset[d] + block.dims[d] > dims[d]) {
+      return internal_error("{}: block [{}] + [{}] outside {} {}", dir_, ir::dims_to_string(block.offset),
+                            ir::dims_to_string(block.dims), t.name, t.shape.to_string());
+    }
+  }
+  auto it = where_.find(t.source);
+  if (it == where_.end()) return not_found("{}: Hugging Face tensor {} is missing", dir_, t.source);
+  const int elem = ir::dtype_size(t.shape.dtype());
+  std::string out(static_cast<size_t>(block.num_elements() * elem), '\0');
+  if (it->second.scales_file) {
+    KILN_ASSIGN_OR_RETURN(std::string whole, produce_mxfp4(t, it->second));
+    copy_overlap(whole, Region{std::vector<int64_t>(dims.size(), 0), dims}, out, block, elem);
+    return out;
+  }
+  const Location& at = it->second;
+  const SafetensorsEntry& e = at.file->entries.at(at.key);
+  const int64_t n = t.shape.num_elements();
+  const int64_t last = dims.empty() ? 1 : std::max<int64_t>(1, dims.back());
+  SourceMap map{t.transform, t.rows, t.cols, t.step > 0 ? t.cols / t.step : t.cols, t.first, t.step};
+  if (t.transform == HfTransform::kCopy) map = SourceMap{t.transform, n / last, last, last, 0, 1};
+  const int64_t src_elems = map.rows * map.cols;
+  if (safetensors_dtype_size(e.dtype) != elem || static_cast<int64_t>(e.end - e.begin) != src_elems * elem) {
+    return internal_error("{}: {} is {} {}, planned as {} for {}", dir_, t.source, e.dtype, ir::dims_to_string(e.dims),
+                          t.shape.to_string(), t.name);
+  }
+  if (block.num_elements() == 0) return out;
+  // The source rows the block reads from.
+  int64_t r_lo = map.rows, r_hi = -1;
+  for_each_block_run(dims, block, [&](int64_t, int64_t global, int64_t count) {
+    for (int64_t k = global; k < global + count; ++k) {
+      const int64_t r = map.source_of(k) / map.cols;
+      r_lo = std::min(r_lo, r);
+      r_hi = std::max(r_hi, r);
+    }
+  });
+  Fd fd;
+  KILN_ASSIGN_OR_RETURN(int f, open_read(at.file->path, fd));
+  const uint64_t base = at.file->data_start + e.begin;
+  const int64_t row_bytes = map.cols * elem;
+  const int64_t chunk_rows = std::max<int64_t>(1, kHfImportChunkBytes / std::max<int64_t>(1, row_bytes));
+  std::string chunk;
+  for (int64_t r0 = r_lo; r0 <= r_hi; r0 += chunk_rows) {
+    const int64_t r1 = std::min(r_hi + 1, r0 + chunk_rows);
+    chunk.resize(static_cast<size_t>((r1 - r0) * row_bytes));
+    KILN_RETURN_IF_ERROR(pread_fd_all(f, chunk.data(), chunk.size(), base + r0 * row_bytes, at.file->path,
+                                      "tensor " + at.key));
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = 0; c < map.cols; ++c) {
+        const int64_t k = map.kiln_of(r, c);
+        if (k < 0) continue;
+        const int64_t pos = block_position(k, dims, block);
+        if (pos < 0) continue;
+        std::memcpy(out.data() + pos * elem, chunk.data() + ((r - r0) * map.cols + c) * elem, elem);
+      }
+    }
+  }
+  return out;
+}
+
 Result<std::string> HfCheckpoint::produce_mxfp4(const KilnFromHf& t, const Location& at) const {
   const SafetensorsEntry& b = at.file->entries.at(at.key);
   const SafetensorsEntry& s = at.scales_file->entries.at(at.scales_key);

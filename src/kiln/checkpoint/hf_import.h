@@ -27,6 +27,7 @@
 #include "kiln/base/status.h"
 #include "kiln/checkpoint/hf_gpt_oss.h"
 #include "kiln/checkpoint/safetensors.h"
+#include "kiln/checkpoint/shard_layout.h"
 
 namespace kiln::checkpoint {
 
@@ -43,6 +44,11 @@ class HfCheckpoint {
 
   // One planned Kiln tensor's bytes (row-major, little-endian, in t.shape's dtype).
   Result<std::string> produce(const KilnFromHf& t) const;
+  // The bytes of `block` (a region of t.shape) alone, as copy_overlap would cut them from
+  // produce(t): only the source rows the block touches are read, kHfImportChunkBytes at a
+  // time, so the process holds the block and one chunk, never the whole tensor. (An MXFP4
+  // source is still dequantized whole, then cut.)
+  Result<std::string> produce_block(const KilnFromHf& t, const Region& block) const;
 
  private:
   // Where a tensor's bytes lie: one file entry, or for MXFP4 its blocks and scales.

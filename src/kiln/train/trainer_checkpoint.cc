@@ -216,9 +216,10 @@ Status Trainer::restore_from_hf(const std::string& dir, const std::vector<models
       }
     }
   }
-  // One Kiln tensor at a time in its source dtype (the process's peak is the largest tensor,
-  // not the model), then each local device's block of it, cast to the run's dtype. Nothing
-  // is set before every tensor has been read.
+  // Each local device's block of each Kiln tensor, read alone from the source rows it
+  // touches (HfCheckpoint::produce_block: never the whole tensor, except an MXFP4 source,
+  // dequantized whole and then cut), cast to the run's dtype. Nothing is set before every
+  // tensor has been read.
   const StepRunner::Layout layout = runner_->layout();
   struct Set {
     int64_t arg, local;
@@ -234,14 +235,10 @@ Status Trainer::restore_from_hf(const std::string& dir, const std::vector<models
     const int64_t arg = program_.param_arg(i);
     const ir::Shape& shape = program_.module->entry()->param(static_cast<int>(arg))->shape();
     const checkpoint::KilnFromHf& t = *planned.at(specs[i].name);
-    KILN_ASSIGN_OR_RETURN(std::string whole, plan.checkpoint.produce(t));
-    const checkpoint::Region all{std::vector<int64_t>(shape.dims().size(), 0), shape.dims()};
-    const int elem = ir::dtype_size(t.shape.dtype());
     for (int64_t d = 0; d < layout.local_devices; ++d) {
       const checkpoint::Region mine =
           checkpoint::shard_region(shape.dims(), runner_->arg_sharding(arg), layout.mesh, layout.first_device + d);
-      std::string block(static_cast<size_t>(mine.num_elements() * elem), '\0');
-      checkpoint::copy_overlap(whole, all, block, mine, elem);
+      KILN_ASSIGN_OR_RETURN(std::string block, plan.checkpoint.produce_block(t, mine));
       KILN_ASSIGN_OR_RETURN(std::string cast, cast_floats(block, t.shape.dtype(), shape.dtype(),
                                                           fmt::format("{}: {}", dir, t.source)));
       sets.push_back({arg, d, std::move(cast)});
