@@ -37,12 +37,10 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
     }
     program.module = std::move(partition.module);
   }
-  backend::CompileOptions options;
-  options.dump_dir = dump_dir.empty() ? cfg.get_string("dump_ir") : dump_dir;
-  options.verify_each = cfg.get_bool("verify_each");
+  backend::CompileOptions options = backend::CompileOptions::from_config(cfg);
+  if (!dump_dir.empty()) options.dump_dir = dump_dir;
   // As the trainer runs it: the state (outputs 0 .. num_state) updated in place.
   for (int64_t i = 0; i < program.num_state(); ++i) options.donated.push_back({i, i});
-  options.remat_policy = cfg.get_string("remat_policy");
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, options));
   const backend::CompileReport& r = exe->report();
   // The backend runs collectives as start/done pairs: count them as it runs them (its passes

@@ -11,6 +11,7 @@
 
 #include "kiln/backend/buffer.h"
 #include "kiln/base/status.h"
+#include "kiln/config/config.h"
 #include "kiln/ir/instr.h"
 
 namespace kiln::backend {
@@ -30,6 +31,10 @@ struct CompileOptions {
   // KILN_ASYNC_COLLECTIVES=0 and KILN_OVERLAP_LIMIT_MB override them.
   bool async_collectives = true;
   int64_t overlap_limit_bytes = -1;
+
+  // What a run's config says (dump_ir, verify_each, remat_policy): the one place these keys
+  // are read for compiling. Callers add what is theirs (the step's donations, ...).
+  static CompileOptions from_config(const config::Config& config);
 };
 
 // What compilation made of the module, for `kiln compile` and tests.

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "kiln/base/strings.h"
+#include "kiln/config/remat_policies.h"
 
 namespace kiln::config {
 namespace {
@@ -322,10 +323,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& enum_keys()
       {"grad_dtype", {"float32", "bfloat16"}},
       {"mu_dtype", {"", "float32", "bfloat16"}},
       {"matmul_precision", {"default", "high", "highest"}},
-      {"remat_policy",
-       {"none", "minimal_with_context", "minimal", "save_dot_with_context_except_mlp",
-        "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj", "save_out_proj",
-        "full"}},
+      {"remat_policy", remat_policy_names()},
       {"attention", {"autoselected", "dot_product", "flash"}},
       {"attention_type", {"global", "local_sliding"}},
       {"rope_type", {"default", "llama3.1", "yarn"}},

@@ -7,6 +7,7 @@
 
 #include "kiln/base/logging.h"
 #include "kiln/base/strings.h"
+#include "kiln/config/remat_policies.h"
 
 namespace kiln::passes {
 
@@ -14,28 +15,6 @@ namespace {
 
 using ir::Instr;
 using ir::Opcode;
-
-const std::set<std::string> kQkv = {"query_proj", "key_proj", "value_proj", "qkv_proj"};
-
-std::set<std::string> with(std::set<std::string> base, std::initializer_list<const char*> more) {
-  for (const char* m : more) base.insert(m);
-  return base;
-}
-
-const std::vector<std::pair<std::string, std::set<std::string>>>& policy_table() {
-  static const std::vector<std::pair<std::string, std::set<std::string>>> table = {
-      {"none", {}},
-      {"minimal_with_context", with(kQkv, {"out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo", "context"})},
-      {"minimal", with(kQkv, {"out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo"})},
-      {"save_dot_with_context_except_mlp", with(kQkv, {"out_proj", "context"})},
-      {"save_dot_except_mlpwi", with(kQkv, {"out_proj", "mlpwo"})},
-      {"save_dot_except_mlp", with(kQkv, {"out_proj"})},
-      {"save_qkv_proj", kQkv},
-      {"save_out_proj", {"out_proj"}},
-      {"full", {}},
-  };
-  return table;
-}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
@@ -64,21 +43,17 @@ std::string describe(const Instr* i) {
 }  // namespace
 
 const std::vector<std::string>& RematPolicy::supported_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& [name, saved] : policy_table()) out.push_back(name);
-    return out;
-  }();
+  static const std::vector<std::string> names = config::remat_policy_names();
   return names;
 }
 
 Result<RematPolicy> RematPolicy::from_name(std::string_view name) {
-  for (const auto& [policy_name, saved] : policy_table()) {
-    if (policy_name != name) continue;
+  for (const config::RematPolicyDef& def : config::remat_policies()) {
+    if (def.name != name) continue;
     RematPolicy p;
-    p.name = policy_name;
-    p.enabled = policy_name != "none";
-    p.saved_names = saved;
+    p.name = def.name;
+    p.enabled = def.recomputes;
+    p.saved_names = def.saved;
     return p;
   }
   if (ends_with(name, "_offloaded") || name == "custom") {

@@ -138,10 +138,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   if (d.num_devices > 1) {
     KILN_RETURN_IF_ERROR(t->make_sharded_runner(config, &compile_s));
   } else if (config.get_string("executor") == "compiled") {
-    backend::CompileOptions compile_options;
-    compile_options.dump_dir = config.get_string("dump_ir");
-    compile_options.verify_each = config.get_bool("verify_each");
-    compile_options.remat_policy = config.get_string("remat_policy");
+    const backend::CompileOptions compile_options = backend::CompileOptions::from_config(config);
     backend::CompileReport report;
     Result<std::unique_ptr<StepRunner>> compiled = make_compiled_runner(t->program_, compile_options, &report);
     if (compiled.ok()) {

@@ -13,9 +13,8 @@ Status Trainer::build_eval(const config::Config& config) {
   auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(EvalProgram program, build_eval_program(*model_, config.derived().micro_batch_size,
                                                                 config.get_int("max_target_length")));
-  backend::CompileOptions options;
-  options.dump_dir = config.get_string("dump_ir");
-  options.verify_each = config.get_bool("verify_each");
+  backend::CompileOptions options = backend::CompileOptions::from_config(config);
+  options.remat_policy = "none";  // forward only: no backward pass to recompute for
   KILN_ASSIGN_OR_RETURN(eval_runner_, EvalRunner::create(std::move(program), *runner_, program_, config,
                                                          config.get_string("executor") == "compiled", options));
   // The eval batches never change: build them once, so an evaluation never waits for data.

@@ -17,9 +17,7 @@ Status Trainer::make_sharded_runner(const config::Config& config, double* compil
   }
   ShardedRunnerOptions options;
   options.compiled = config.get_string("executor") == "compiled";
-  options.compile.dump_dir = config.get_string("dump_ir");
-  options.compile.verify_each = config.get_bool("verify_each");
-  options.compile.remat_policy = config.get_string("remat_policy");
+  options.compile = backend::CompileOptions::from_config(config);
   backend::CompileReport report;
   KILN_ASSIGN_OR_RETURN(runner_, train::make_sharded_runner(config, program_, model_->params(), std::move(world),
                                                             options, &report));
