@@ -300,11 +300,7 @@ Result<std::string> HfCheckpoint::produce_block(const KilnFromHf& t, const Regio
   if (it == where_.end()) return not_found("{}: Hugging Face tensor {} is missing", dir_, t.source);
   const int elem = ir::dtype_size(t.shape.dtype());
   std::string out(static_cast<size_t>(block.num_elements() * elem), '\0');
-  if (it->second.scales_file) {
-    KILN_ASSIGN_OR_RETURN(std::string whole, produce_mxfp4(t, it->second));
-    copy_overlap(whole, Region{std::vector<int64_t>(dims.size(), 0), dims}, out, block, elem);
-    return out;
-  }
+  if (it->second.scales_file) return produce_mxfp4_block(t, it->second, block);
   const Location& at = it->second;
   const SafetensorsEntry& e = at.file->entries.at(at.key);
   const int64_t n = t.shape.num_elements();
@@ -345,6 +341,59 @@ Result<std::string> HfCheckpoint::produce_block(const KilnFromHf& t, const Regio
         if (pos < 0) continue;
         std::memcpy(out.data() + pos * elem, chunk.data() + ((r - r0) * map.cols + c) * elem, elem);
       }
+    }
+  }
+  return out;
+}
+
+Result<std::string> HfCheckpoint::produce_mxfp4_block(const KilnFromHf& t, const Location& at,
+                                                     const Region& block) const {
+  const SafetensorsEntry& b = at.file->entries.at(at.key);
+  const SafetensorsEntry& s = at.scales_file->entries.at(at.scales_key);
+  const std::vector<int64_t>& dims = t.shape.dims();
+  const int elem = ir::dtype_size(t.shape.dtype());
+  std::string out(static_cast<size_t>(block.num_elements() * elem), '\0');
+  if (b.dims.size() != 4) {  // more than one leading dimension: dequantized whole, then cut
+    KILN_ASSIGN_OR_RETURN(std::string whole, produce_mxfp4(t, at));
+    copy_overlap(whole, Region{std::vector<int64_t>(dims.size(), 0), dims}, out, block, elem);
+    return out;
+  }
+  // blocks [E, R, G, 16], scales [E, R, G] -> [E, G·32, R / step] keeping rows first, first + step, ...
+  const int64_t E = b.dims[0], R = b.dims[1], G = b.dims[2];
+  const int64_t first = t.transform == HfTransform::kColumns ? t.first : 0;
+  const int64_t step = t.transform == HfTransform::kColumns ? t.step : 1;
+  if (t.transform == HfTransform::kTranspose || dims.size() != 3 || dims[0] != E || dims[1] != G * 32 ||
+      dims[2] != R / step || (t.shape.dtype() != ir::DType::kBF16 && t.shape.dtype() != ir::DType::kF32)) {
+    return internal_error("{}: MXFP4 {} [{} x {} x {}] planned as {} for {}", dir_, t.source, E, G * 32, R,
+                          t.shape.to_string(), t.name);
+  }
+  if (block.num_elements() == 0) return out;
+  // Only the rows of the block's last dimension, one expert at a time, dequantized into that
+  // expert's [G·32, R / step] slab, of which the block's columns are kept.
+  const int64_t j0 = block.offset[2], j1 = j0 + block.dims[2];
+  const int64_t r_lo = first + j0 * step, r_hi = first + (j1 - 1) * step + 1;  // [r_lo, r_hi)
+  const int64_t kept = R / step, row_bytes = G * 16;
+  Fd bfd, sfd;
+  KILN_ASSIGN_OR_RETURN(int bf, open_read(at.file->path, bfd));
+  KILN_ASSIGN_OR_RETURN(int sf, open_read(at.scales_file->path, sfd));
+  std::string slab(static_cast<size_t>(G * 32 * kept * elem), '\0');
+  std::string blocks, scales;
+  for (int64_t e = block.offset[0]; e < block.offset[0] + block.dims[0]; ++e) {
+    const int64_t q0 = e * R + r_lo;
+    blocks.resize(static_cast<size_t>((r_hi - r_lo) * row_bytes));
+    scales.resize(static_cast<size_t>((r_hi - r_lo) * G));
+    KILN_RETURN_IF_ERROR(pread_fd_all(bf, blocks.data(), blocks.size(), at.file->data_start + b.begin + q0 * row_bytes,
+                                      at.file->path, "tensor " + at.key));
+    KILN_RETURN_IF_ERROR(pread_fd_all(sf, scales.data(), scales.size(), at.scales_file->data_start + s.begin + q0 * G,
+                                      at.scales_file->path, "tensor " + at.scales_key));
+    // Rows counted from this expert's start: the slab is its [G·32, R / step].
+    dequantize_mxfp4_rows(reinterpret_cast<const unsigned char*>(blocks.data()),
+                          reinterpret_cast<const unsigned char*>(scales.data()), r_lo, r_hi, R, G, first, step,
+                          t.shape.dtype(), slab.data());
+    for (int64_t c = 0; c < block.dims[1]; ++c) {
+      const int64_t at_out = ((e - block.offset[0]) * block.dims[1] + c) * block.dims[2];
+      const int64_t at_slab = (block.offset[1] + c) * kept + j0;
+      std::memcpy(out.data() + at_out * elem, slab.data() + at_slab * elem, static_cast<size_t>(block.dims[2] * elem));
     }
   }
   return out;

@@ -46,8 +46,8 @@ class HfCheckpoint {
   Result<std::string> produce(const KilnFromHf& t) const;
   // The bytes of `block` (a region of t.shape) alone, as copy_overlap would cut them from
   // produce(t): only the source rows the block touches are read, kHfImportChunkBytes at a
-  // time, so the process holds the block and one chunk, never the whole tensor. (An MXFP4
-  // source is still dequantized whole, then cut.)
+  // time (MXFP4: one expert's rows at a time), so the process holds the block and one chunk,
+  // never the whole tensor.
   Result<std::string> produce_block(const KilnFromHf& t, const Region& block) const;
 
  private:
@@ -60,6 +60,7 @@ class HfCheckpoint {
   };
   Result<std::string> produce_plain(const KilnFromHf& t, const Location& at) const;
   Result<std::string> produce_mxfp4(const KilnFromHf& t, const Location& at) const;
+  Result<std::string> produce_mxfp4_block(const KilnFromHf& t, const Location& at, const Region& block) const;
 
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsIndex>> files_;  // stable addresses for Location
