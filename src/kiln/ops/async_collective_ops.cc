@@ -85,6 +85,9 @@ void register_async_collective_ops(OpTable& table) {
     start.grad = GradKind::kNone;
     start.dim_map = sync.dim_map;
     start.cost = sync.cost;
+    start.async_role = AsyncRole::kStart;
+    start.async_partner = p.done;
+    start.async_of = p.sync;
     // Sizes in [-1, 3): empty, cut and negative blocks (as ragged_all_to_all's own examples).
     const std::vector<std::pair<double, double>> ranges =
         *p.sizes ? std::vector<std::pair<double, double>>{{-2, 2}, {-1, 3}} : std::vector<std::pair<double, double>>{};
@@ -103,6 +106,10 @@ void register_async_collective_ops(OpTable& table) {
     done.grad = GradKind::kNone;
     done.dim_map = done_dim_map;
     done.cost = internal::zero_cost;  // the data moved in the start
+    done.async_role = AsyncRole::kDone;
+    done.async_partner = p.start;
+    done.async_of = p.sync;
+    done.aliases_operand = true;  // the buffer its start wrote
     done.examples = {OpExample{example(p.name, p.shape, p.result, p.attrs, p.sizes, true), ranges}};
     table.add(std::move(done));
   }

@@ -414,6 +414,7 @@ void register_attention_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kAttention;
+    d.kernel_class = KernelClass::kAttention;
     d.min_operands = 3;
     d.max_operands = 6;
     d.attrs = attrs;
@@ -429,6 +430,7 @@ void register_attention_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kAttentionGrad;
+    d.kernel_class = KernelClass::kAttention;
     d.min_operands = 7;
     d.max_operands = 10;
     d.attrs = attrs;

@@ -291,6 +291,7 @@ std::vector<OpExample> dot_examples() {
 void register_dot_ops(OpTable& table) {
   OpDef d;
   d.opcode = Opcode::kDotGeneral;
+  d.kernel_class = KernelClass::kGemm;
   d.min_operands = d.max_operands = 2;
   d.attrs = {{"lhs_batch", AttrKind::kInts, true, {}},
              {"rhs_batch", AttrKind::kInts, true, {}},

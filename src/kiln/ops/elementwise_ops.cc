@@ -349,6 +349,8 @@ void register_elementwise_ops(OpTable& table) {
     def.min_operands = def.max_operands = s.arity;
     def.attrs = s.attrs;
     def.elementwise = true;
+    // A copy and a stop_gradient are their operand's storage seen again.
+    def.aliases_operand = s.opcode == Opcode::kCopy || s.opcode == Opcode::kStopGradient;
     def.infer = s.infer;
     def.eval = eval_elementwise;
     def.scalar = s.scalar;

@@ -329,6 +329,7 @@ void register_grouped_matmul_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kGroupedMatmul;
+    d.kernel_class = KernelClass::kGroupedMatmul;
     d.min_operands = d.max_operands = 3;
     d.attrs = {{"transpose_rhs", AttrKind::kInt, false, {}}};
     d.infer = infer_gmm;
@@ -344,6 +345,7 @@ void register_grouped_matmul_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kGroupedMatmulWeightGrad;
+    d.kernel_class = KernelClass::kGroupedMatmul;
     d.min_operands = d.max_operands = 3;
     d.attrs = {{"num_groups", AttrKind::kInt, false, {}}};
     d.infer = infer_tgmm;

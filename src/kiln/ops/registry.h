@@ -80,6 +80,9 @@ struct OpExample {
   std::vector<std::pair<double, double>> ranges = {};
 };
 
+enum class AsyncRole { kNone, kStart, kDone };
+enum class KernelClass { kOther, kGemm, kAttention, kGroupedMatmul };
+
 struct OpDef {
   ir::Opcode opcode = ir::Opcode::kParameter;
   std::string_view name;
@@ -104,6 +107,18 @@ struct OpDef {
   // once to its result: the result may declare a floating dtype other than the operands'
   // (bf16 x bf16 -> f32), which passes use to drop a widening convert after it.
   bool declared_result_dtype = false;
+  // Async collective pairs (async_collective_ops.cc): a start begins its blocking
+  // collective `async_of` and returns the buffer it writes; the done waits for it and
+  // returns that same buffer. `async_partner` is the pair's other half.
+  AsyncRole async_role = AsyncRole::kNone;
+  ir::Opcode async_partner = ir::Opcode::kParameter;
+  ir::Opcode async_of = ir::Opcode::kParameter;
+  // The result is operand 0's storage seen again (reshape, copy, stop_gradient; an async
+  // done): buffer assignment gives it no storage of its own. Array results only, except a
+  // done, which returns whatever its start wrote.
+  bool aliases_operand = false;
+  // Which library kernel family a backend runs it with (what `kiln compile` counts).
+  KernelClass kernel_class = KernelClass::kOther;
 
   InferFn infer;
   EvalFn eval;

@@ -597,6 +597,7 @@ void register_shape_ops(OpTable& table) {
   {
     OpDef d;
     d.opcode = Opcode::kReshape;
+    d.aliases_operand = true;  // the same elements in the same order
     d.min_operands = d.max_operands = 1;
     d.infer = reshape_rule;
     d.eval = eval_reshape;

@@ -8,31 +8,16 @@
 #include <fmt/format.h>
 
 #include "kiln/base/logging.h"
+#include "kiln/ops/registry.h"
 
 namespace kiln::sched {
 
 using ir::Instr;
 using ir::Opcode;
 
-bool is_async_done(const Instr& instr) {
-  switch (instr.opcode()) {
-    case Opcode::kAllGatherDone:
-    case Opcode::kReduceScatterDone:
-    case Opcode::kAllReduceDone:
-    case Opcode::kRaggedAllToAllDone: return true;
-    default: return false;
-  }
-}
+bool is_async_done(const Instr& instr) { return ops::op_def(instr.opcode()).async_role == ops::AsyncRole::kDone; }
 
-bool is_async_start(const Instr& instr) {
-  switch (instr.opcode()) {
-    case Opcode::kAllGatherStart:
-    case Opcode::kReduceScatterStart:
-    case Opcode::kAllReduceStart:
-    case Opcode::kRaggedAllToAllStart: return true;
-    default: return false;
-  }
-}
+bool is_async_start(const Instr& instr) { return ops::op_def(instr.opcode()).async_role == ops::AsyncRole::kStart; }
 
 std::string LatencyHidingStats::to_string() const {
   return fmt::format("{} async collective pairs, {} overlapped with compute; in flight at most {:.1f} MiB (limit {:.1f} MiB); "

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/base/check.h"
+#include "kiln/ops/registry.h"
 
 namespace kiln::sched {
 
@@ -10,17 +11,8 @@ using ir::Instr;
 using ir::Opcode;
 
 bool is_view(const Instr& instr) {
-  switch (instr.opcode()) {
-    case Opcode::kReshape:
-    case Opcode::kCopy:
-    case Opcode::kStopGradient: return !instr.shape().is_tuple();
-    // An async collective's done returns the buffer its start wrote (ops/async_collective_ops.cc).
-    case Opcode::kAllGatherDone:
-    case Opcode::kReduceScatterDone:
-    case Opcode::kAllReduceDone:
-    case Opcode::kRaggedAllToAllDone: return true;
-    default: return false;
-  }
+  const ops::OpDef& def = ops::op_def(instr.opcode());
+  return def.aliases_operand && (def.async_role == ops::AsyncRole::kDone || !instr.shape().is_tuple());
 }
 
 namespace {

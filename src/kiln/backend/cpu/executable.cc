@@ -179,13 +179,11 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
       default:
         if (const cpu::KernelFactory* native = cpu::find_native_kernel(*instr)) {
           step.kernel = (*native)(*instr);
-          switch (instr->opcode()) {
-            case Opcode::kDotGeneral: ++report_.gemms; break;
-            case Opcode::kAttention:
-            case Opcode::kAttentionGrad: ++report_.attention_kernels; break;
-            case Opcode::kGroupedMatmul:
-            case Opcode::kGroupedMatmulWeightGrad: ++report_.grouped_matmuls; break;
-            default: ++report_.library_kernels;
+          switch (ops::op_def(instr->opcode()).kernel_class) {
+            case ops::KernelClass::kGemm: ++report_.gemms; break;
+            case ops::KernelClass::kAttention: ++report_.attention_kernels; break;
+            case ops::KernelClass::kGroupedMatmul: ++report_.grouped_matmuls; break;
+            case ops::KernelClass::kOther: ++report_.library_kernels; break;
           }
         } else {
           step.kernel = cpu::fallback_kernel(*instr);
