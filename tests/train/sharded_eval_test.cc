@@ -72,8 +72,7 @@ class ShardedEval : public ::testing::TestWithParam<std::vector<std::string>> {}
 
 TEST_P(ShardedEval, EachDeviceReadsItsShardsAndTheLossIsTheOneDeviceLoss) {
   const std::vector<std::string>& mesh = GetParam();
-  std::string name;
-  for (const std::string& s : mesh) name += s.substr(4, s.find('_', 4) - 4) + s.substr(s.find('=') + 1);
+  const std::string name = testing::mesh_name(mesh);
   const EvalRun sharded = eval_after_two_steps(mesh, 4, name, "compiled");
   const EvalRun& reference = one_device("compiled");
   EXPECT_GT(reference.loss, 1.0);  // near ln 258 after two steps from the initial parameters
@@ -86,11 +85,7 @@ TEST_P(ShardedEval, EachDeviceReadsItsShardsAndTheLossIsTheOneDeviceLoss) {
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, ShardedEval,
-    ::testing::Values(std::vector<std::string>{"ici_fsdp_parallelism=4"},
-                      std::vector<std::string>{"ici_fsdp_parallelism=1", "ici_expert_parallelism=4"},
-                      std::vector<std::string>{"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"},
-                      std::vector<std::string>{"ici_data_parallelism=2", "ici_fsdp_parallelism=2"},
-                      std::vector<std::string>{"ici_tensor_parallelism=2", "ici_fsdp_parallelism=2"}));
+    ::testing::ValuesIn(testing::equivalence_meshes()));
 
 TEST(ShardedEval, OnTheInterpreterTooEachDeviceReadsItsShards) {
   const EvalRun sharded = eval_after_two_steps({"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, 4,

@@ -27,6 +27,21 @@ inline std::vector<std::string> sharded_tiny_overrides(int64_t devices) {
           "local_devices=" + std::to_string(devices)};
 }
 
+// The five meshes of 4 virtual devices every equivalence test runs (fsdp, expert, fsdp x expert,
+// data x fsdp, tensor x fsdp), and a run name for one ("fsdp2expert2").
+inline std::vector<std::vector<std::string>> equivalence_meshes() {
+  return {{"ici_fsdp_parallelism=4"},
+          {"ici_fsdp_parallelism=1", "ici_expert_parallelism=4"},
+          {"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"},
+          {"ici_data_parallelism=2", "ici_fsdp_parallelism=2"},
+          {"ici_tensor_parallelism=2", "ici_fsdp_parallelism=2"}};
+}
+inline std::string mesh_name(const std::vector<std::string>& mesh) {
+  std::string name;
+  for (const std::string& key : mesh) name += key.substr(4, key.find('_', 4) - 4) + key.substr(key.find('=') + 1);
+  return name;
+}
+
 // A trainer for the config `lo` loads, printing nothing (checks every step of the way).
 inline std::unique_ptr<Trainer> make_quiet_trainer(const config::LoadOptions& lo, bool write_metrics_file = true) {
   auto cfg = config::load(lo);

@@ -39,10 +39,7 @@ class ShardedTraining : public ::testing::TestWithParam<std::vector<std::string>
 // collective moves the loss by far more (and usually the first step already).
 TEST_P(ShardedTraining, MatchesTheSingleDeviceRun) {
   const std::vector<double>& expected = single_device_losses();
-  std::string name;
-  for (const std::string& key : GetParam()) {
-    name += key.substr(4, key.find('_', 4) - 4) + key.substr(key.find('=') + 1);  // "fsdp2expert2"
-  }
+  const std::string name = testing::mesh_name(GetParam());  // "fsdp2expert2"
   std::vector<double> got = run_losses(GetParam(), 4, name);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -63,11 +60,7 @@ TEST(ShardedTrainingCompiled, TensorAndFsdpMatchTheSingleDeviceRun) {
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, ShardedTraining,
-    ::testing::Values(std::vector<std::string>{"ici_fsdp_parallelism=4"},
-                      std::vector<std::string>{"ici_fsdp_parallelism=1", "ici_expert_parallelism=4"},
-                      std::vector<std::string>{"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"},
-                      std::vector<std::string>{"ici_data_parallelism=2", "ici_fsdp_parallelism=2"},
-                      std::vector<std::string>{"ici_tensor_parallelism=2", "ici_fsdp_parallelism=2"}));
+    ::testing::ValuesIn(testing::equivalence_meshes()));
 
 }  // namespace
 }  // namespace kiln::train

@@ -91,18 +91,13 @@ TEST(StateInit, InterpreterExecutorMakesTheSameValues) {
 class StateInitMeshes : public ::testing::TestWithParam<std::vector<std::string>> {};
 
 TEST_P(StateInitMeshes, EveryShardIsTheOneDeviceBlock) {
-  std::string name;
-  for (const std::string& key : GetParam()) name += key.substr(4, key.find('_', 4) - 4) + key.substr(key.find('=') + 1);
+  const std::string name = testing::mesh_name(GetParam());
   expect_bit_identical(initial_params(GetParam(), 4, name), one_device(), name);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, StateInitMeshes,
-    ::testing::Values(std::vector<std::string>{"ici_fsdp_parallelism=4"},
-                      std::vector<std::string>{"ici_fsdp_parallelism=1", "ici_expert_parallelism=4"},
-                      std::vector<std::string>{"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"},
-                      std::vector<std::string>{"ici_data_parallelism=2", "ici_fsdp_parallelism=2"},
-                      std::vector<std::string>{"ici_tensor_parallelism=2", "ici_fsdp_parallelism=2"}));
+    ::testing::ValuesIn(testing::equivalence_meshes()));
 
 // bf16 parameters: the kernel rounds as the interpreter does.
 TEST(StateInit, Bf16ParametersMatchOnFsdp) {

@@ -220,6 +220,21 @@ Result<std::string> HfCheckpoint::produce_plain(const KilnFromHf& t, const Locat
 
 namespace {
 
+// Rows [q0, q1) of an MXFP4 pair (q: the flattened (leading dims, R) index of blocks
+// [..., R, G, 16] and scales [..., R, G]) read from their open files into `blocks` and `scales`.
+Status read_mxfp4_rows(int blocks_fd, const SafetensorsIndex& blocks_file, const std::string& blocks_key,
+                       int scales_fd, const SafetensorsIndex& scales_file, const std::string& scales_key, int64_t G,
+                       int64_t q0, int64_t q1, std::string& blocks, std::string& scales) {
+  const SafetensorsEntry& b = blocks_file.entries.at(blocks_key);
+  const SafetensorsEntry& s = scales_file.entries.at(scales_key);
+  blocks.resize(static_cast<size_t>((q1 - q0) * G * 16));
+  scales.resize(static_cast<size_t>((q1 - q0) * G));
+  KILN_RETURN_IF_ERROR(pread_fd_all(blocks_fd, blocks.data(), blocks.size(), blocks_file.data_start + b.begin + q0 * G * 16,
+                                    blocks_file.path, "tensor " + blocks_key));
+  return pread_fd_all(scales_fd, scales.data(), scales.size(), scales_file.data_start + s.begin + q0 * G,
+                      scales_file.path, "tensor " + scales_key);
+}
+
 // Where Kiln element k of a planned tensor comes from in its source, viewed as the matrix
 // [rows, cols] (kCopy: the identity on [elements / last dim, last dim]).
 struct SourceMap {
@@ -349,7 +364,6 @@ Result<std::string> HfCheckpoint::produce_block(const KilnFromHf& t, const Regio
 Result<std::string> HfCheckpoint::produce_mxfp4_block(const KilnFromHf& t, const Location& at,
                                                      const Region& block) const {
   const SafetensorsEntry& b = at.file->entries.at(at.key);
-  const SafetensorsEntry& s = at.scales_file->entries.at(at.scales_key);
   const std::vector<int64_t>& dims = t.shape.dims();
   const int elem = ir::dtype_size(t.shape.dtype());
   std::string out(static_cast<size_t>(block.num_elements() * elem), '\0');
@@ -372,20 +386,15 @@ Result<std::string> HfCheckpoint::produce_mxfp4_block(const KilnFromHf& t, const
   // expert's [G·32, R / step] slab, of which the block's columns are kept.
   const int64_t j0 = block.offset[2], j1 = j0 + block.dims[2];
   const int64_t r_lo = first + j0 * step, r_hi = first + (j1 - 1) * step + 1;  // [r_lo, r_hi)
-  const int64_t kept = R / step, row_bytes = G * 16;
+  const int64_t kept = R / step;
   Fd bfd, sfd;
   KILN_ASSIGN_OR_RETURN(int bf, open_read(at.file->path, bfd));
   KILN_ASSIGN_OR_RETURN(int sf, open_read(at.scales_file->path, sfd));
   std::string slab(static_cast<size_t>(G * 32 * kept * elem), '\0');
   std::string blocks, scales;
   for (int64_t e = block.offset[0]; e < block.offset[0] + block.dims[0]; ++e) {
-    const int64_t q0 = e * R + r_lo;
-    blocks.resize(static_cast<size_t>((r_hi - r_lo) * row_bytes));
-    scales.resize(static_cast<size_t>((r_hi - r_lo) * G));
-    KILN_RETURN_IF_ERROR(pread_fd_all(bf, blocks.data(), blocks.size(), at.file->data_start + b.begin + q0 * row_bytes,
-                                      at.file->path, "tensor " + at.key));
-    KILN_RETURN_IF_ERROR(pread_fd_all(sf, scales.data(), scales.size(), at.scales_file->data_start + s.begin + q0 * G,
-                                      at.scales_file->path, "tensor " + at.scales_key));
+    KILN_RETURN_IF_ERROR(read_mxfp4_rows(bf, *at.file, at.key, sf, *at.scales_file, at.scales_key, G, e * R + r_lo,
+                                         e * R + r_hi, blocks, scales));
     // Rows counted from this expert's start: the slab is its [G·32, R / step].
     dequantize_mxfp4_rows(reinterpret_cast<const unsigned char*>(blocks.data()),
                           reinterpret_cast<const unsigned char*>(scales.data()), r_lo, r_hi, R, G, first, step,
@@ -401,7 +410,6 @@ Result<std::string> HfCheckpoint::produce_mxfp4_block(const KilnFromHf& t, const
 
 Result<std::string> HfCheckpoint::produce_mxfp4(const KilnFromHf& t, const Location& at) const {
   const SafetensorsEntry& b = at.file->entries.at(at.key);
-  const SafetensorsEntry& s = at.scales_file->entries.at(at.scales_key);
   const size_t rank = b.dims.size();
   const int64_t R = b.dims[rank - 3], G = b.dims[rank - 2];
   int64_t P = 1;
@@ -424,12 +432,8 @@ Result<std::string> HfCheckpoint::produce_mxfp4(const KilnFromHf& t, const Locat
   std::string blocks, scales;
   for (int64_t q0 = 0; q0 < rows; q0 += chunk_rows) {
     const int64_t q1 = std::min(rows, q0 + chunk_rows);
-    blocks.resize(static_cast<size_t>((q1 - q0) * row_bytes));
-    scales.resize(static_cast<size_t>((q1 - q0) * G));
-    KILN_RETURN_IF_ERROR(pread_fd_all(bf, blocks.data(), blocks.size(), at.file->data_start + b.begin + q0 * row_bytes,
-                                      at.file->path, "tensor " + at.key));
-    KILN_RETURN_IF_ERROR(pread_fd_all(sf, scales.data(), scales.size(), at.scales_file->data_start + s.begin + q0 * G,
-                                      at.scales_file->path, "tensor " + at.scales_key));
+    KILN_RETURN_IF_ERROR(read_mxfp4_rows(bf, *at.file, at.key, sf, *at.scales_file, at.scales_key, G, q0, q1, blocks,
+                                         scales));
     dequantize_mxfp4_rows(reinterpret_cast<const unsigned char*>(blocks.data()),
                           reinterpret_cast<const unsigned char*>(scales.data()), q0, q1, R, G, first, step,
                           t.shape.dtype(), out.data());
