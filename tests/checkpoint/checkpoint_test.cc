@@ -23,6 +23,7 @@
 
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/checkpoint/safetensors.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::checkpoint {
 namespace {
@@ -30,7 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("kiln_checkpoint_test_" + name);
+  fs::path p = ::kiln::testing::temp_path("kiln_checkpoint_test_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

@@ -23,6 +23,7 @@
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::checkpoint {
 namespace {
@@ -203,7 +204,7 @@ TEST(HfGptOss, HfConfigFollowsTheKilnConfigAndRefusesWhatTransformersCannotExpre
 }
 
 TEST(KilnConvert, HfToKilnToHfFilesRoundTrip) {
-  fs::path dir = fs::path(::testing::TempDir()) / "kiln_hf_convert_test";
+  fs::path dir = ::kiln::testing::temp_path("kiln_hf_convert_test");
   fs::remove_all(dir);
   fs::create_directories(dir / "hf");
   auto hf = gpt_oss_to_hf(random_kiln_params(4));
@@ -245,7 +246,7 @@ TEST(HfShards, PlanSplitsInOrderAndGivesAnOversizedTensorItsOwnFile) {
 // reads (every tensor in exactly one named file, total_size the sum), and importing that
 // directory gives back the same parameters, bit for bit.
 TEST(KilnConvert, ExportLargerThanMaxShardSizeWritesAnIndexAndImportsBack) {
-  fs::path dir = fs::path(::testing::TempDir()) / "kiln_hf_convert_sharded";
+  fs::path dir = ::kiln::testing::temp_path("kiln_hf_convert_sharded");
   fs::remove_all(dir);
   fs::create_directories(dir / "hf");
   auto hf = gpt_oss_to_hf(random_kiln_params(7));

@@ -15,6 +15,7 @@
 #include "kiln/checkpoint/mxfp4.h"
 #include "kiln/checkpoint/safetensors.h"
 #include "tests/testing/hf_fixture.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::checkpoint {
 namespace {
@@ -24,7 +25,7 @@ namespace fs = std::filesystem;
 bool numpy_available() { return std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") == 0; }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("kiln_mxfp4_test_" + name);
+  fs::path p = ::kiln::testing::temp_path("kiln_mxfp4_test_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

@@ -20,6 +20,7 @@
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/trainer_testing.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
@@ -27,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("kiln_resume_test_" + name);
+  fs::path p = ::kiln::testing::temp_path("kiln_resume_test_" + name);
   fs::remove_all(p);
   return p.string();
 }

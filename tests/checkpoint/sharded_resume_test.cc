@@ -19,6 +19,7 @@
 #include "kiln/train/step_runner.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/trainer_testing.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
@@ -30,7 +31,7 @@ const std::vector<std::string> kFsdp4 = {"ici_fsdp_parallelism=4"};
 const std::vector<std::string> kOneDevice = {"ici_fsdp_parallelism=1"};
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("kiln_sharded_resume_" + name);
+  fs::path p = ::kiln::testing::temp_path("kiln_sharded_resume_" + name);
   fs::remove_all(p);
   return p.string();
 }

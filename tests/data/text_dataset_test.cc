@@ -12,6 +12,7 @@
 #include "kiln/data/corpus.h"
 #include "kiln/data/pipeline.h"
 #include "kiln/data/text_dataset.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::data {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / ("kiln_text_dataset_" + std::to_string(getpid()) + "_" + name);
+  fs::path p = ::kiln::testing::temp_path("kiln_text_dataset_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p;

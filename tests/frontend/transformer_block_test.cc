@@ -20,6 +20,7 @@
 #include "kiln/ir/printer.h"
 #include "kiln/ops/registry.h"
 #include "tests/testing/random_literals.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::frontend {
 namespace {
@@ -139,8 +140,8 @@ TEST(TransformerBlock, MatchesPyTorchReference) {
   put("x", args[0]);
   put("r", args[1]);
   for (size_t p = 0; p < kParams.size(); ++p) put(kParams[p].name, args[2 + p]);
-  std::string dir = ::testing::TempDir();
-  std::string in_path = dir + "block_in.json", out_path = dir + "block_out.json";
+  std::string dir = ::kiln::testing::temp_path("kiln_block").string();
+  std::string in_path = dir + "_in.json", out_path = dir + "_out.json";
   std::ofstream(in_path) << in.dump();
   std::string script = std::string(KILN_SOURCE_DIR) + "/tests/reference/transformer_block_ref.py";
   ASSERT_EQ(std::system((std::string(python) + " " + script + " " + in_path + " " + out_path).c_str()), 0);

@@ -22,6 +22,7 @@
 #include "kiln/models/model.h"
 #include "kiln/ops/registry.h"
 #include "tests/models/safetensors_io.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::models {
 namespace {
@@ -315,7 +316,7 @@ TEST(GptOssParity, LogitsLossAndGradientsMatchPyTorch) {
               up_clamped_high, up_clamped_low, unclamped);
 
   // Files for the reference: config.json, HF-layout weights, the batch.
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kiln_gpt_oss_parity";
+  std::filesystem::path dir = ::kiln::testing::temp_path("kiln_gpt_oss_parity");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   nlohmann::json hf_config = {

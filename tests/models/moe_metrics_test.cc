@@ -9,6 +9,7 @@
 #include "kiln/models/model.h"
 #include "kiln/train/metrics.h"
 #include "kiln/train/trainer.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 config::Config moe_config(std::vector<std::string> extra) {
   config::LoadOptions lo;
   lo.configs_dir = std::string(KILN_SOURCE_DIR) + "/configs";
-  std::string out = (std::filesystem::path(::testing::TempDir()) / "kiln_moe_metrics").string();
+  std::string out = (::kiln::testing::temp_path("kiln_moe_metrics")).string();
   lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=32", "base_num_query_heads=4",
                   "base_num_kv_heads=2", "head_dim=16", "base_num_decoder_layers=2", "base_moe_mlp_dim=24",
                   "num_experts=4", "num_experts_per_tok=2", "vocab_size=64", "sliding_window_size=4",

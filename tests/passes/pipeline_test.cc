@@ -14,6 +14,7 @@
 #include "kiln/passes/registry.h"
 #include "kiln/passes/simplify.h"
 #include "tests/passes/pass_testing.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::passes {
 namespace {
@@ -216,7 +217,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 TEST(Pipeline, DumpIrWritesTheModuleBeforeAndAfterEveryPass) {
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "kiln_pipeline_dump_test";
+  std::filesystem::path dir = ::kiln::testing::temp_path("kiln_pipeline_dump_test");
   std::filesystem::remove_all(dir);
   auto module = parse();
   PipelineOptions options;

@@ -91,7 +91,12 @@ def make_driver(chromium, chromedriver):
     return webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
 
 
+# Multiplies every wait: a sanitizer build runs kiln several times slower (--slack).
+SLACK = 1.0
+
+
 def wait_for(predicate, seconds, what):
+    seconds *= SLACK
     deadline = time.time() + seconds
     last_error = None
     while time.time() < deadline:
@@ -217,7 +222,7 @@ def check_follow(driver, kiln, run_dir, work):
         check(abs(scroll - 1200) <= 2, f"the reload lost the reader's place: scrollY {scroll}, was 1200")
         with open(os.path.join(live, "events.jsonl"), "a") as f:
             f.writelines(finish)
-        out, _ = proc.communicate(timeout=10)
+        out, _ = proc.communicate(timeout=10 * SLACK)
         check(proc.returncode == 0, f"kiln report --follow exited {proc.returncode}")
         check("stopped following: the run wrote its finish event" in out, f"kiln report --follow said:\n{out}")
         # The page reloads once more, into the final page, which has no refresh and says finished.
@@ -239,7 +244,10 @@ def main():
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     parser.add_argument("--chromedriver", default="/usr/bin/chromedriver")
     parser.add_argument("--keep", help="work in this directory and keep it")
+    parser.add_argument("--slack", type=float, default=1.0, help="multiply every wait by this (sanitizer builds)")
     args = parser.parse_args()
+    global SLACK
+    SLACK = args.slack
     t0 = time.time()
     work = args.keep or tempfile.mkdtemp(prefix="kiln_report_browser_")
     if args.keep:

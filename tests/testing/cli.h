@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/temp_path.h"
+
 namespace kiln::testing {
 
 struct CliRun {
@@ -27,9 +29,9 @@ inline std::string read_text_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// An empty directory `name` under the test temp dir (removed first if a run left one).
+// An empty directory `name`_<pid> under the test temp dir (removed first if a run left one).
 inline std::filesystem::path fresh_temp_dir(const std::string& name) {
-  std::filesystem::path p = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::path p = temp_path(name);
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;

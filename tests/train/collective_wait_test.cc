@@ -16,6 +16,7 @@
 #include "kiln/train/observability.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/sharded_tiny_run.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
@@ -54,7 +55,7 @@ TEST(CollectiveWait, TensorBoardCarriesItOnlyWithCollectives) {
 // Two virtual devices (fsdp=2): every step reports a wait between 0 and its step time, in
 // the history and in the TensorBoard event file.
 TEST(CollectiveWait, ShardedStepsReportIt) {
-  std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / "kiln_collective_wait";
+  std::filesystem::path out = ::kiln::testing::temp_path("kiln_collective_wait");
   std::filesystem::remove_all(out);
   config::LoadOptions lo;
   lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",

@@ -19,6 +19,7 @@
 #include "kiln/models/model.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/sharded_tiny_run.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
@@ -76,7 +77,7 @@ TEST(ExpertParallelTraining, CompiledFsdpTimesExpertMatchesOneDevice) {
 }
 
 TEST(ExpertParallelTraining, StepExchangesTokensAndNeverGathersExpertsOverTheExpertAxis) {
-  std::filesystem::path dump = std::filesystem::path(::testing::TempDir()) / "kiln_ep_dump";
+  std::filesystem::path dump = ::kiln::testing::temp_path("kiln_ep_dump");
   std::string report = compile_report(4, {"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, dump);
   // The backend runs every exchange as an async pair, and the report counts them so.
   EXPECT_NE(report.find("\"ragged_all_to_all_start\""), std::string::npos) << report;
@@ -110,7 +111,7 @@ class RoutingPerDevice : public ::testing::TestWithParam<std::vector<std::string
 TEST_P(RoutingPerDevice, SortsAndTopKsHoldOneShardAndRunNatively) {
   std::string tag;
   for (const std::string& m : GetParam()) tag += m.substr(4, 2) + m.substr(m.find('=') + 1);
-  std::filesystem::path dump = std::filesystem::path(::testing::TempDir()) / ("kiln_routing_dump_" + tag);
+  std::filesystem::path dump = ::kiln::testing::temp_path("kiln_routing_dump_" + tag);
   std::string report = compile_report(4, GetParam(), dump);
   EXPECT_NE(report.find("\"fallback_kernels\": 0"), std::string::npos) << report;
 

@@ -30,7 +30,7 @@ std::vector<std::string> fixture_model(int64_t devices) {
 
 const fs::path& hf_dir() {
   static const fs::path dir = [] {
-    fs::path d = kiln::testing::fresh_temp_dir("kiln_hf_start_" + std::to_string(getpid())) / "hf";
+    fs::path d = kiln::testing::fresh_temp_dir("kiln_hf_start") / "hf";
     kiln::testing::write_hf_fixture(d);
     return d;
   }();

@@ -13,12 +13,13 @@
 #include "kiln/config/config.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/sharded_tiny_run.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
 
 TEST(InterpreterTrace, EveryEvaluatedInstructionIsASpanOnTheDeviceTrack) {
-  std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / "kiln_interpreter_trace";
+  std::filesystem::path out = ::kiln::testing::temp_path("kiln_interpreter_trace");
   std::filesystem::remove_all(out);
   config::LoadOptions lo;
   lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",

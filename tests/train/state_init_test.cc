@@ -19,6 +19,7 @@
 #include "kiln/train/step_program.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/sharded_tiny_run.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
@@ -27,7 +28,7 @@ namespace {
 std::vector<ir::Literal> initial_params(const std::vector<std::string>& mesh, int64_t devices, const std::string& name,
                                         const std::vector<std::string>& extra = {},
                                         const std::string& executor = "compiled") {
-  std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / ("kiln_init_" + name);
+  std::filesystem::path out = ::kiln::testing::temp_path("kiln_init_" + name);
   config::LoadOptions lo;
   lo.overrides = testing::sharded_tiny_overrides(devices);
   for (const std::string& s : {std::string("steps=0"), "executor=" + executor,

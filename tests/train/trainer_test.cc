@@ -20,6 +20,7 @@
 #include "kiln/train/memory_budget.h"
 #include "tests/train/trainer_testing.h"
 #include "tests/train/tiny_models.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
@@ -28,7 +29,7 @@ constexpr int64_t kVocab = 32;
 constexpr int64_t kDim = 8;
 
 std::string temp_dir(const std::string& name) {
-  std::filesystem::path p = std::filesystem::path(::testing::TempDir()) / ("kiln_train_test_" + name);
+  std::filesystem::path p = ::kiln::testing::temp_path("kiln_train_test_" + name);
   std::filesystem::remove_all(p);
   return p.string();
 }

@@ -17,6 +17,7 @@
 #include "kiln/train/step_program.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/sharded_tiny_run.h"
+#include "tests/testing/temp_path.h"
 
 namespace kiln::train {
 namespace {
@@ -24,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 config::Config tiny_config(const std::string& run_name, int64_t devices, std::vector<std::string> extra) {
-  fs::path out = fs::path(::testing::TempDir()) / ("kiln_weight_copies_" + run_name);
+  fs::path out = ::kiln::testing::temp_path("kiln_weight_copies_" + run_name);
   fs::remove_all(out);
   config::LoadOptions lo;
   lo.overrides = testing::sharded_tiny_overrides(devices);
@@ -97,7 +98,7 @@ TEST(WeightCopies, ShardedOverFsdpTheCopiesAreGatheredAndStepsStayBitIdentical) 
 
 TEST(WeightCopies, EvalOnTextDataIsTheSameWithAndWithoutCopies) {
   // The eval program takes the f32 parameters and casts them itself.
-  const std::string cache = (fs::path(::testing::TempDir()) / "kiln_weight_copies_corpus").string();
+  const std::string cache = ::kiln::testing::temp_path("kiln_weight_copies_corpus").string();
   std::vector<double> eval;
   for (const char* copies : {"true", "false"}) {
     config::Config cfg = tiny_config(std::string("eval_") + copies, 1,
