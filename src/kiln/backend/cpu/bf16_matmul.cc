@@ -13,7 +13,9 @@
 #include <dnnl.hpp>
 #include <memory>
 #include <mutex>
+#include <vector>
 
+#include "kiln/backend/cpu/bf16_convert.h"
 #include "kiln/base/check.h"
 
 namespace kiln::backend::cpu {
@@ -43,6 +45,54 @@ dnnl::memory::desc md(bool batched, int64_t batch, int64_t rows, int64_t cols, b
   const int64_t rs = trans ? 1 : ld, cs = trans ? ld : 1;
   if (!batched) return dnnl::memory::desc({rows, cols}, type, {rs, cs});
   return dnnl::memory::desc({batch, rows, cols}, type, {batch_stride, rs, cs});
+}
+
+// Whether this CPU's oneDNN makes bf16 matmuls at all: it needs AVX-512 (or AVX2 with
+// AVX-VNNI-2); on an AVX2-only CPU creating the primitive fails. Asked once.
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    try {
+      const dnnl::memory::desc a = md(false, 0, 0, 0, false, 0, 0, dt::bf16, true);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, md(false, 0, 0, 0, false, 0, 0, dt::f32, true)),
+                                      cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+// Without bf16 support: widen both operands to f32 (exact), multiply with sgemm (f32
+// products of bf16 values are exact, sums in f32: the bf16 instructions' own arithmetic, in
+// another order), then round once to the output dtype.
+void widened_matmul(const Bf16MatmulDesc& d, const uint16_t* a, const uint16_t* b, void* c) {
+  // op(A) stored [M, K] (or [K, M] transposed), op(B) [K, N] (or [N, K]), each with its
+  // row stride; widened into dense row-major copies.
+  const int64_t a_rows = d.trans_a ? d.k : d.m, a_cols = d.trans_a ? d.m : d.k;
+  const int64_t b_rows = d.trans_b ? d.n : d.k, b_cols = d.trans_b ? d.k : d.n;
+  std::vector<float> wa(static_cast<size_t>(a_rows * a_cols)), wb(static_cast<size_t>(b_rows * b_cols));
+  std::vector<float> wc(d.f32_out ? 0 : static_cast<size_t>(d.m * d.n));
+  for (int64_t i = 0; i < d.batch; ++i) {
+    for (int64_t r = 0; r < a_rows; ++r) {
+      const uint16_t* row = a + i * d.batch_stride_a + r * d.lda;
+      for (int64_t col = 0; col < a_cols; ++col) wa[r * a_cols + col] = bf16_to_f32(row[col]);
+    }
+    for (int64_t r = 0; r < b_rows; ++r) {
+      const uint16_t* row = b + i * d.batch_stride_b + r * d.ldb;
+      for (int64_t col = 0; col < b_cols; ++col) wb[r * b_cols + col] = bf16_to_f32(row[col]);
+    }
+    float* out = d.f32_out ? static_cast<float*>(c) + i * d.batch_stride_c : wc.data();
+    const int64_t ldc = d.f32_out ? d.ldc : d.n;
+    dnnl_status_t s = dnnl_sgemm(d.trans_a ? 'T' : 'N', d.trans_b ? 'T' : 'N', d.m, d.n, d.k, 1.0f, wa.data(), a_cols,
+                                 wb.data(), b_cols, 0.0f, out, ldc);
+    KILN_CHECK(s == dnnl_success) << "dnnl_sgemm failed with status " << static_cast<int>(s);
+    if (d.f32_out) continue;
+    uint16_t* narrow = static_cast<uint16_t*>(c) + i * d.batch_stride_c;
+    for (int64_t r = 0; r < d.m; ++r) {
+      for (int64_t col = 0; col < d.n; ++col) narrow[r * d.ldc + col] = f32_to_bf16(wc[r * d.n + col]);
+    }
+  }
 }
 
 // The primitive for one layout: index = batched | trans_a << 1 | trans_b << 2 | f32_out << 3.
@@ -76,6 +126,7 @@ void bf16_matmul(const Bf16MatmulDesc& d, const uint16_t* a, const uint16_t* b, 
     }
     return;
   }
+  if (!onednn_has_bf16()) return widened_matmul(d, a, b, c);
   const dnnl::matmul& prim = primitive(d);
   const bool batched = d.batch > 1;
   dnnl::engine& engine = cpu_engine();
@@ -89,6 +140,8 @@ void bf16_matmul(const Bf16MatmulDesc& d, const uint16_t* a, const uint16_t* b, 
   prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
   stream.wait();
 }
+
+bool bf16_matmul_native() { return onednn_has_bf16(); }
 
 int64_t bf16_matmul_primitives_created() { return created.load(std::memory_order_relaxed); }
 

@@ -3,6 +3,9 @@
 // Primitives are created with run-time dims and strides, so one primitive per layout
 // (transposes, batched or not, output dtype) serves every shape: creation JIT-compiles
 // kernels and is far too slow to repeat per call, and MoE tiles come in ever new sizes.
+// On a CPU where oneDNN has no bf16 matmul (AVX2 without AVX-VNNI-2, e.g. Zen 1-3) the
+// operands are widened to f32 and multiplied with sgemm: the same exact products and f32
+// sums, slower.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,9 @@ struct Bf16MatmulDesc {
 // Runs the product (m, n >= 1; k == 0 writes zeros). A and B hold bf16 bits; C is float or
 // bf16 bits as the description says. Thread-safe.
 void bf16_matmul(const Bf16MatmulDesc& desc, const uint16_t* a, const uint16_t* b, void* c);
+
+// Whether oneDNN runs bf16 products natively on this CPU (else they are widened to f32).
+bool bf16_matmul_native();
 
 // Number of primitives created so far (tests: a repeated shape must not create another).
 int64_t bf16_matmul_primitives_created();
