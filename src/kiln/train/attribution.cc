@@ -83,9 +83,10 @@ Attribution attribute(const StepTotals& t, double model_tflops, const Peaks& pea
   add("rematerialization", t.remat.seconds, 0, t.remat.count ? "-" : "nothing recomputed");
   add("data wait", t.data_wait_s, 0, "-");
   add("checkpoint stall", t.checkpoint_s, 0, "-");
+  add("host overhead", t.between_kernels_s, 0, "between kernels, measured");
   double accounted = 0;
   for (const AttributionRow& r : a.rows) accounted += r.seconds * steps;
-  add("host overhead", std::max(0.0, t.wall_s - accounted), 0, "-");
+  add("outside the program", std::max(0.0, t.wall_s - accounted), 0, "-");
   for (const AttributionRow& r : a.rows) a.percent_sum += r.percent;
   return a;
 }

@@ -13,8 +13,10 @@
 // movement and reductions, reference-evaluation fallbacks), exposed collectives by kind
 // (there is no overlap yet, so all collective time is exposed), rematerialization (values
 // whose name carries ".remat"; their time is taken out of their kernel row), data wait,
-// checkpoint stall, host overhead (the remainder: the step's wall time not inside any
-// kernel, data or checkpoint span: argument conversion, freeing, logging).
+// checkpoint stall, host overhead (measured: the gaps between one instruction's end and the
+// next one's start on the device, within the step: the executable's loop, frees, collective
+// progress), outside the program (the remainder: the step's wall time not inside any of the
+// above: argument conversion before the first kernel and after the last, logging).
 // "Loss" of a row: its time minus the time its model FLOPs need at peak (gemm, grouped
 // matmul, attention), or all of its time (every other row). "MFU without" = MaxText TFLOPs
 // / (step time - loss) / peak.

@@ -149,7 +149,11 @@ int TraceRecorder::thread_index() {  // callers hold mu_
   return it->second;
 }
 
-void TraceRecorder::begin_step(int64_t /*step*/) { observing_ = true; }
+void TraceRecorder::begin_step(int64_t /*step*/) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_end_ns_ = -1;
+  observing_ = true;
+}
 
 void TraceRecorder::end_step(int64_t step, int64_t step_begin_ns, int64_t step_end_ns) {
   observing_ = false;
@@ -178,6 +182,8 @@ void TraceRecorder::on_instruction(const ir::Instr& instr, int64_t begin_ns, int
   }
   // The attribution splits one device's step: every device runs the same program, in step.
   if (device != device_) return;
+  if (last_end_ns_ >= 0 && begin_ns > last_end_ns_) totals_.between_kernels_s += 1e-9 * static_cast<double>(begin_ns - last_end_ns_);
+  last_end_ns_ = std::max(last_end_ns_, end_ns);
   const double s = 1e-9 * static_cast<double>(end_ns - begin_ns);
   auto add = [&](KindTotal& t) {
     t.seconds += s;

@@ -75,6 +75,9 @@ struct StepTotals {
   KindTotal remat;                                         // recomputed instructions (not in kinds)
   std::unordered_map<std::string, GemmShapeTotal> gemm_shapes;
   double data_wait_s = 0, checkpoint_s = 0, wall_s = 0;
+  // Measured: the gaps between one instruction's end and the next one's start on the
+  // observed device, within each step (the executable's loop, frees, collective progress).
+  double between_kernels_s = 0;
   int64_t steps = 0;
 };
 
@@ -112,6 +115,7 @@ class TraceRecorder : public backend::InstructionObserver {
   bool keep_events_;
   int device_;
   bool observing_ = false;
+  int64_t last_end_ns_ = -1;  // the observed device's last instruction end in this step
   int64_t origin_ns_ = -1;  // first event: trace timestamps start near 0
   std::vector<Event> events_;
   std::vector<InstrInfo> infos_;
