@@ -12,9 +12,8 @@
 #include "kiln/backend/backend.h"
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
+#include "kiln/plan/compiled_step.h"
 #include "kiln/train/flops.h"
-#include "kiln/train/sharded_step_runner.h"
-#include "kiln/train/step_program.h"
 
 namespace kiln::app {
 
@@ -23,26 +22,14 @@ namespace {
 std::string gib(int64_t bytes) { return fmt::format("{:.3f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
 Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const std::string& dump_dir) {
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<models::Model> model, models::make_model(cfg));
-  KILN_ASSIGN_OR_RETURN(train::StepProgramOptions step_options, train::StepProgramOptions::from_config(cfg));
-  KILN_ASSIGN_OR_RETURN(train::StepProgram program, train::build_step_program(*model, step_options));
-  // On a mesh, what each device compiles and runs is the partitioned step.
+  KILN_ASSIGN_OR_RETURN(plan::CompiledStep step, plan::compile_step(cfg, dump_dir));
   nlohmann::ordered_json collectives = nlohmann::ordered_json::object();
   nlohmann::ordered_json collective_bytes = nlohmann::ordered_json::object();
-  if (cfg.derived().num_devices > 1) {
-    KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, train::partition_step(cfg, program, model->params()));
-    for (const auto& [kind, stats] : partition.collectives) {
-      collectives[kind] = stats.count;
-      collective_bytes[kind] = stats.bytes;
-    }
-    program.module = std::move(partition.module);
+  for (const auto& [kind, stats] : step.partitioned_collectives) {
+    collectives[kind] = stats.first;
+    collective_bytes[kind] = stats.second;
   }
-  backend::CompileOptions options = backend::CompileOptions::from_config(cfg);
-  if (!dump_dir.empty()) options.dump_dir = dump_dir;
-  // As the trainer runs it: the state (outputs 0 .. num_state) updated in place.
-  for (int64_t i = 0; i < program.num_state(); ++i) options.donated.push_back({i, i});
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*program.module, options));
-  const backend::CompileReport& r = exe->report();
+  const backend::CompileReport& r = step.executable->report();
   // The backend runs collectives as start/done pairs: count them as it runs them (its passes
   // may have merged or added some, e.g. the backward pass's re-gathers).
   for (const auto& [start, n] : r.async_by_kind) {
@@ -53,25 +40,11 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
     collective_bytes[start] = r.async_bytes_by_kind.at(start);
   }
 
-  models::ParamCounts counts = model->counts();
+  models::ParamCounts counts = step.model->counts();
   train::TrainingFlops flops = train::training_tflops_per_device(train::FlopInputs::from_config(cfg));
-  int64_t param_bytes = 0, opt_bytes = 0;
-  const ir::Computation& entry = *program.module->entry();
-  for (int64_t i = 0; i < program.num_params; ++i) {
-    param_bytes += entry.param(static_cast<int>(program.param_arg(i)))->shape().byte_size();
-    opt_bytes += entry.param(static_cast<int>(program.mu_arg(i)))->shape().byte_size() +
-                 entry.param(static_cast<int>(program.nu_arg(i)))->shape().byte_size();
-  }
-  opt_bytes += entry.param(static_cast<int>(program.step_arg()))->shape().byte_size();
-  int64_t copy_bytes = 0;  // bf16_weight_copy: state too, written by the optimizer
-  for (int64_t k = 0; k < program.num_copies(); ++k) {
-    copy_bytes += entry.param(static_cast<int>(program.copy_arg(k)))->shape().byte_size();
-  }
-  // From the buffer assignment: activations are the arena bytes the forward pass keeps for
-  // the backward pass; temporaries everything else one run adds (the rest of the arena,
-  // outputs of their own, kernel scratch, constants, the batch). docs/backend.md.
-  int64_t activations = r.saved_activation_bytes;
-  int64_t temporaries = r.planned_peak_bytes - param_bytes - opt_bytes - copy_bytes - activations;
+  const plan::StepMemory& mem = step.memory;
+  const int64_t param_bytes = mem.parameters, opt_bytes = mem.optimizer_state, copy_bytes = mem.bf16_weight_copies;
+  const int64_t activations = mem.activations, temporaries = mem.temporaries;
 
   nlohmann::ordered_json j;
   j["model"] = cfg.get_string("model_name");

@@ -6,6 +6,7 @@ namespace kiln::app {
 std::function<int()> add_config_command(CLI::App& cmd);
 std::function<int()> add_train_command(CLI::App& cmd);
 std::function<int()> add_compile_command(CLI::App& cmd);
+std::function<int()> add_plan_command(CLI::App& cmd);
 std::function<int()> add_ir_opt_command(CLI::App& cmd);
 std::function<int()> add_ir_run_command(CLI::App& cmd);
 std::function<int()> add_tokenize_command(CLI::App& cmd);
@@ -21,6 +22,8 @@ const std::vector<Command>& commands() {
       {"train", "Train the configured model (MaxText's train.py): kiln train [CONFIG.yml] [key=value ...]", add_train_command},
       {"compile", "Compile the training step without running it and report kernels, FLOPs and memory (--json)",
        add_compile_command},
+      {"plan", "Predict the step's time, memory and MFU on a target (target=h100, tpu-v6e, cpu, ...); --search ranks meshes; --calibrate measures this CPU",
+       add_plan_command},
       {"ir-opt", "Run passes on an IR file and print the result (--passes=dce,cse,simplify)", add_ir_opt_command},
       {"ir-run", "Run an IR file with the reference interpreter on random or given inputs", add_ir_run_command},
       {"tokenize", "Text files -> token shards + manifest (--output DIR FILE...); --ids [--decode]: stdin text <-> ids", add_tokenize_command},

@@ -94,6 +94,10 @@ class Executable {
   // Runs the entry computation; a tuple root gives one Buffer per element.
   virtual Result<std::vector<Buffer>> run(std::span<const Buffer> args) = 0;
   virtual const CompileReport& report() const = 0;
+  // Every instruction of the optimized entry computation in the order run() executes them
+  // (parameters, plumbing and async start/done pairs included), owned by the executable:
+  // what a cost model (kiln plan) walks to predict the step.
+  virtual std::vector<const ir::Instr*> schedule() const = 0;
 
  protected:
   InstructionObserver* observer_ = nullptr;

@@ -84,6 +84,9 @@ class Trainer {
   std::vector<ir::Literal> params() const;
   const StepProgram& program() const { return program_; }
   const char* executor_name() const { return runner_->name(); }
+  // Sees every instruction of the later steps on every device, in place of the profiler's
+  // observer (kiln plan --calibrate times the kernels with it). Not owned; nullptr: none.
+  void set_instruction_observer(backend::InstructionObserver* observer) { runner_->set_observer(observer); }
   // dataset_type=tokens or text: the input pipeline (its state() is what a checkpoint
   // saves); else null.
   data::TokenPipeline* token_pipeline() const { return tokens_.get(); }

@@ -53,6 +53,12 @@ class CpuExecutable : public Executable {
   Status build(const ir::Module& source, const CompileOptions& options);
   Result<std::vector<Buffer>> run(std::span<const Buffer> args) override;
   const CompileReport& report() const override { return report_; }
+  std::vector<const ir::Instr*> schedule() const override {
+    std::vector<const ir::Instr*> order;
+    order.reserve(steps_.size());
+    for (const Step& s : steps_) order.push_back(s.instr);
+    return order;
+  }
   ~CpuExecutable() override { print_profile(); }
 
  private:

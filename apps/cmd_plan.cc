@@ -1,0 +1,369 @@
+// kiln plan [CONFIG.yml] [key=value ...] [target=NAME] [--json] [--search] [--routing-from RUN]
+// kiln plan --calibrate [CONFIG.yml] [key=value ...]
+//
+// Predicts one training step of the config on a target (configs/targets/*.yml, or `cpu`:
+// this machine, once calibrated) from the step compiled for the config's mesh (nothing is
+// allocated or run): time split into compute by kernel class, collectives by kind (exposed
+// and overlapped, from the schedule), host overhead; tokens/s, TFLOP/s and MFU; memory per
+// device against the target's capacity. The cost model: src/kiln/plan/cost_model.h.
+// --search ranks the meshes of the same device count (fsdp, expert, tensor, data) and
+// remat policies by predicted step time; --calibrate measures this CPU (plan/calibrate.h).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "kiln/config/config.h"
+#include "kiln/plan/calibrate.h"
+#include "kiln/plan/compiled_step.h"
+#include "kiln/plan/cost_model.h"
+#include "kiln/plan/target.h"
+#include "kiln/runtime/run_on_devices.h"
+#include "kiln/train/flops.h"
+
+namespace kiln::app {
+namespace {
+
+using nlohmann::ordered_json;
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); }
+
+// `target=NAME` is the command's own setting, not a config key.
+std::string take_target(std::vector<std::string>& settings) {
+  std::string target = "cpu";
+  std::vector<std::string> rest;
+  for (const std::string& s : settings) {
+    if (s.rfind("target=", 0) == 0) {
+      target = s.substr(7);
+    } else {
+      rest.push_back(s);
+    }
+  }
+  settings = std::move(rest);
+  return target;
+}
+
+// The busiest device's share of the worst-case MoE buffers in a run: from the last step of
+// its metrics.jsonl, the mean over layers of max/mean expert load, over the expert axis
+// (an upper estimate: as if that device's experts all carried the busiest one's load).
+Result<double> observed_routing_load(const std::string& run, int64_t expert_axis) {
+  std::string path = run;
+  if (std::filesystem::is_directory(path)) path = (std::filesystem::path(run) / "metrics.jsonl").string();
+  std::ifstream in(path);
+  if (!in) return not_found("--routing-from: cannot read {} (a run directory or its metrics.jsonl)", path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (line.find("\"expert_load\"") != std::string::npos) last = line;
+  }
+  if (last.empty()) return invalid_argument("--routing-from: {} has no step with expert_load (a MoE run's metrics)", path);
+  nlohmann::json j = nlohmann::json::parse(last, nullptr, false);
+  if (j.is_discarded() || !j["expert_load"].is_array() || j["expert_load"].empty()) {
+    return invalid_argument("--routing-from: {}: the last expert_load line is not [[max, mean, dropped], ...]", path);
+  }
+  double ratio = 0;
+  for (const auto& layer : j["expert_load"]) {
+    if (!layer.is_array() || layer.size() < 2 || !layer[0].is_number() || !layer[1].is_number() ||
+        layer[1].get<double>() <= 0) {
+      return invalid_argument("--routing-from: {}: expert_load entries must be [max, mean, dropped]", path);
+    }
+    ratio += layer[0].get<double>() / layer[1].get<double>();
+  }
+  ratio /= static_cast<double>(j["expert_load"].size());
+  return std::min(1.0, ratio / static_cast<double>(expert_axis));
+}
+
+struct Planned {
+  config::Config config;
+  plan::CompiledStep step;
+  plan::StepPrediction prediction;
+  double model_tflops = 0;
+};
+
+Result<Planned> plan_config(const std::vector<std::string>& settings, const plan::Target& target,
+                            const plan::PredictOptions& options) {
+  KILN_ASSIGN_OR_RETURN(config::Config cfg, config::load(settings));
+  KILN_ASSIGN_OR_RETURN(plan::CompiledStep step, plan::compile_step(cfg));
+  std::vector<const ir::Instr*> schedule = step.executable->schedule();
+  plan::StepPrediction p = plan::predict_step(schedule, step.mesh, target, options);
+  const double tflops = train::training_tflops_per_device(train::FlopInputs::from_config(cfg)).total_tflops();
+  return Planned{std::move(cfg), std::move(step), std::move(p), tflops};
+}
+
+ordered_json prediction_json(const Planned& pl, const plan::Target& target) {
+  const plan::StepPrediction& p = pl.prediction;
+  const config::Config& cfg = pl.config;
+  const bool bf16 = cfg.get_string("dtype") == "bfloat16";
+  const double peak = target.peak_tflops(bf16);
+  ordered_json j;
+  j["model"] = cfg.get_string("model_name");
+  j["mesh"] = pl.step.mesh.to_string();
+  j["devices"] = cfg.derived().num_devices;
+  j["target"] = target.name;
+  j["target_description"] = target.description;
+  j["step_s"] = p.step_s;
+  j["tokens_per_s_per_device"] =
+      static_cast<double>(cfg.derived().tokens_per_step) / static_cast<double>(cfg.derived().num_devices) / p.step_s;
+  j["tflops_per_step_per_device"] = pl.model_tflops;
+  j["tflops_per_s_per_device"] = pl.model_tflops / p.step_s;
+  j["peak_tflops"] = peak;
+  j["mfu"] = pl.model_tflops / p.step_s / peak;
+  ordered_json compute = ordered_json::object();
+  for (train::KernelKind k : plan::kKernelClasses) {
+    const plan::ClassEstimate& c = p.cls(k);
+    compute[plan::kernel_class_key(k)] = {{"kernels", c.count}, {"seconds", c.seconds}, {"gflops", c.flops / 1e9},
+                                          {"gbytes", c.bytes / 1e9}};
+  }
+  j["compute_s"] = p.compute_s;
+  j["compute"] = compute;
+  ordered_json coll = ordered_json::object();
+  for (const auto& [kind, c] : p.collectives) {
+    coll[kind] = {{"count", c.count}, {"bytes", c.bytes}, {"seconds", c.seconds}, {"exposed_s", c.exposed_s},
+                  {"link", c.link}};
+  }
+  j["collectives"] = coll;
+  j["collective_s"] = p.collective_s;
+  j["exposed_s"] = p.exposed_s;
+  j["overlapped_s"] = p.overlapped_s();
+  j["host_s"] = p.host_s;
+  j["instructions"] = p.instructions;
+  const plan::StepMemory& m = pl.step.memory;
+  j["memory_per_device_bytes"] = {{"parameters", m.parameters},
+                                  {"optimizer_state", m.optimizer_state},
+                                  {"bf16_weight_copies", m.bf16_weight_copies},
+                                  {"activations", m.activations},
+                                  {"temporaries", m.temporaries},
+                                  {"total", m.total()}};
+  j["memory_capacity_gib"] = target.memory_gib;
+  j["fits"] = gib(m.total()) <= target.memory_gib;
+  if (p.routing_load > 0) j["routing_load"] = p.routing_load;
+  return j;
+}
+
+void print_prediction(const ordered_json& j) {
+  std::printf("%s on %s (%s), mesh %s, %lld device(s)\n", j["model"].get<std::string>().c_str(),
+              j["target"].get<std::string>().c_str(), j["target_description"].get<std::string>().c_str(),
+              j["mesh"].get<std::string>().c_str(), j["devices"].get<long long>());
+  const double step = j["step_s"].get<double>();
+  std::printf("  predicted step: %.4f s, %.0f tokens/s/device, %.2f TFLOP/s/device, MFU %.1f%% of %.1f TFLOP/s\n", step,
+              j["tokens_per_s_per_device"].get<double>(), j["tflops_per_s_per_device"].get<double>(),
+              100 * j["mfu"].get<double>(), j["peak_tflops"].get<double>());
+  auto pct = [&](double s) { return 100.0 * s / step; };
+  std::printf("  compute %.4f s (%.0f%%):\n", j["compute_s"].get<double>(), pct(j["compute_s"].get<double>()));
+  for (const auto& [name, c] : j["compute"].items()) {
+    if (c["kernels"].get<int64_t>() == 0) continue;
+    std::printf("    %-15s %6lld kernels  %9.3f GFLOP  %8.3f GB  %.4f s (%.0f%%)\n", name.c_str(),
+                c["kernels"].get<long long>(), c["gflops"].get<double>(), c["gbytes"].get<double>(),
+                c["seconds"].get<double>(), pct(c["seconds"].get<double>()));
+  }
+  if (j["collectives"].empty()) {
+    std::printf("  collectives: none\n");
+  } else {
+    std::printf("  collectives %.4f s on the link, %.4f s exposed (%.0f%% of the step), %.4f s overlapped:\n",
+                j["collective_s"].get<double>(), j["exposed_s"].get<double>(), pct(j["exposed_s"].get<double>()),
+                j["overlapped_s"].get<double>());
+    for (const auto& [kind, c] : j["collectives"].items()) {
+      std::printf("    %-18s x%-5lld %9.1f MiB  %.4f s, exposed %.4f s  (%s)\n", kind.c_str(), c["count"].get<long long>(),
+                  c["bytes"].get<double>() / (1 << 20), c["seconds"].get<double>(), c["exposed_s"].get<double>(),
+                  c["link"].get<std::string>().c_str());
+    }
+  }
+  std::printf("  host %.4f s (%.0f%%) over %lld instructions\n", j["host_s"].get<double>(), pct(j["host_s"].get<double>()),
+              j["instructions"].get<long long>());
+  const auto& m = j["memory_per_device_bytes"];
+  std::printf("  memory per device: %.2f GiB of %.1f GiB (%s): parameters %.2f, optimizer state %.2f, bf16 copies %.2f, "
+              "activations %.2f, temporaries %.2f GiB\n",
+              gib(m["total"].get<int64_t>()), j["memory_capacity_gib"].get<double>(),
+              j["fits"].get<bool>() ? "fits" : "DOES NOT FIT", gib(m["parameters"].get<int64_t>()),
+              gib(m["optimizer_state"].get<int64_t>()), gib(m["bf16_weight_copies"].get<int64_t>()),
+              gib(m["activations"].get<int64_t>()), gib(m["temporaries"].get<int64_t>()));
+  if (j.contains("routing")) {
+    const auto& r = j["routing"];
+    std::string line = fmt::format("  MoE routing (expert axis {}): balanced {:.4f} s", r["expert_axis"].get<int64_t>(),
+                                   r["balanced_s"].get<double>());
+    if (r.contains("observed_s")) {
+      line += fmt::format(", observed {:.4f} s (load {:.2f})", r["observed_s"].get<double>(), r["observed_load"].get<double>());
+    }
+    line += fmt::format(", worst case {:.4f} s", r["worst_s"].get<double>());
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+// Every (fsdp, expert, tensor, data) with product `devices`, fsdp outermost in the loop.
+std::vector<std::array<int64_t, 4>> factorizations(int64_t devices) {
+  std::vector<std::array<int64_t, 4>> out;
+  for (int64_t f = 1; f <= devices; ++f) {
+    if (devices % f) continue;
+    for (int64_t e = 1; e <= devices / f; ++e) {
+      if ((devices / f) % e) continue;
+      for (int64_t t = 1; t <= devices / f / e; ++t) {
+        if ((devices / f / e) % t) continue;
+        out.push_back({f, e, t, devices / f / e / t});
+      }
+    }
+  }
+  return out;
+}
+
+int run_search(const std::vector<std::string>& settings, const plan::Target& target, const config::Config& base,
+               bool json) {
+  const int64_t devices = base.derived().num_devices;
+  struct Row {
+    std::string mesh, remat;
+    double step_s = 0, memory_gib = 0;
+    bool fits = false;
+  };
+  std::vector<Row> rows;
+  std::vector<std::string> skipped;
+  for (const auto& [f, e, t, d] : factorizations(devices)) {
+    for (const char* remat : {"none", "full"}) {
+      std::vector<std::string> s = settings;
+      for (const std::string& kv :
+           {fmt::format("ici_fsdp_parallelism={}", f), fmt::format("ici_expert_parallelism={}", e),
+            fmt::format("ici_tensor_parallelism={}", t), fmt::format("ici_data_parallelism={}", d),
+            std::string("remat_policy=") + remat}) {
+        s.push_back(kv);
+      }
+      const std::string mesh = fmt::format("fsdp={} expert={} tensor={} data={}", f, e, t, d);
+      Result<Planned> pl = plan_config(s, target, {});
+      if (!pl.ok()) {
+        skipped.push_back(fmt::format("{} remat={}: {}", mesh, remat, pl.status().message()));
+        continue;
+      }
+      const double mem = gib(pl->step.memory.total());
+      rows.push_back({mesh, remat, pl->prediction.step_s, mem, mem <= target.memory_gib});
+      if (!json) {
+        std::printf("  %s remat=%s: %.4f s, %.2f GiB\n", mesh.c_str(), remat, pl->prediction.step_s, mem);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.fits != b.fits ? a.fits : a.fits ? a.step_s < b.step_s : a.memory_gib < b.memory_gib;
+  });
+  if (rows.empty() || !rows.front().fits) {
+    const std::string smallest =
+        rows.empty() ? std::string("no mesh compiled")
+                     : fmt::format("the smallest, {} remat={}, needs {:.2f} GiB", rows.front().mesh, rows.front().remat,
+                                   rows.front().memory_gib);
+    const double need = rows.empty() ? 0 : rows.front().memory_gib / target.memory_gib;
+    std::fprintf(stderr,
+                 "kiln plan: error: %s does not fit %s (%.1f GiB per device) on any mesh of %lld devices: %s; try about "
+                 "%lld devices (local_devices=N) or a smaller model\n",
+                 base.get_string("model_name").c_str(), target.name.c_str(), target.memory_gib,
+                 static_cast<long long>(devices), smallest.c_str(),
+                 static_cast<long long>(std::ceil(need * static_cast<double>(devices))));
+    return kExitFailure;
+  }
+  if (json) {
+    ordered_json j = ordered_json::array();
+    for (const Row& r : rows) {
+      j.push_back({{"mesh", r.mesh}, {"remat_policy", r.remat}, {"step_s", r.step_s}, {"memory_gib", r.memory_gib},
+                   {"fits", r.fits}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("meshes of %lld devices for %s on %s, fastest first (memory capacity %.1f GiB):\n",
+              static_cast<long long>(devices), base.get_string("model_name").c_str(), target.name.c_str(),
+              target.memory_gib);
+  for (size_t i = 0; i < rows.size() && i < 5; ++i) {
+    const Row& r = rows[i];
+    std::printf("  %zu. %-36s remat=%-4s %.4f s/step, %.2f GiB%s\n", i + 1, r.mesh.c_str(), r.remat.c_str(), r.step_s,
+                r.memory_gib, r.fits ? "" : " (does not fit)");
+  }
+  size_t unfit = std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.fits; });
+  std::printf("  (%zu candidates compiled, %zu do not fit, %zu not valid for this model)\n", rows.size(), unfit,
+              skipped.size());
+  return kExitOk;
+}
+
+}  // namespace
+
+std::function<int()> add_plan_command(CLI::App& cmd) {
+  struct Options {
+    std::vector<std::string> settings;
+    bool json = false, calibrate = false, search = false;
+    std::string routing_from, output;
+  };
+  auto opts = std::make_shared<Options>();
+  cmd.add_option("settings", opts->settings,
+                 "An optional CONFIG.yml first, then key=value overrides; target=NAME picks the target "
+                 "(configs/targets/*.yml, or cpu: this machine, calibrated)")
+      ->type_name("[CONFIG.yml] [key=value ...] [target=NAME]");
+  cmd.add_flag("--json", opts->json, "Print the prediction as one JSON object");
+  cmd.add_flag("--calibrate", opts->calibrate, "Measure this CPU for the config's mesh and write the cpu target");
+  cmd.add_flag("--search", opts->search, "Rank the meshes and remat policies of the same device count");
+  cmd.add_option("--output", opts->output,
+                 "With --calibrate: write the target here (default: the cpu target's place in the cache folder)");
+  cmd.add_option("--routing-from", opts->routing_from,
+                 "A MoE run directory (or its metrics.jsonl): also predict under the expert load it observed");
+  return [opts]() -> int {
+    std::vector<std::string> settings = opts->settings;
+    const std::string target_name = take_target(settings);
+    Result<config::Config> cfg = config::load(settings);
+    if (!cfg.ok()) return report_error(cfg.status());
+    const int threads = runtime::threads_per_device(cfg->derived().local_devices);
+    if (opts->calibrate) {
+      plan::CalibrateOptions co;
+      co.log = [](const std::string& l) { std::printf("  %s\n", l.c_str()); std::fflush(stdout); };
+      std::printf("calibrating this CPU for %d thread(s) per device with %s\n", threads,
+                  cfg->get_string("model_name").c_str());
+      Result<plan::Target> t = plan::calibrate_cpu(settings, co);
+      if (!t.ok()) return report_error(t.status());
+      const std::string path = opts->output.empty() ? plan::calibrated_cpu_path(threads) : opts->output;
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+      // Written beside, then renamed: a failed write never replaces a good calibration.
+      const std::string tmp = path + ".tmp";
+      {
+        std::ofstream out(tmp, std::ios::binary);
+        out << plan::target_to_yaml(*t);
+        if (!out.flush()) return report_error(internal_error("cannot write {}", tmp));
+      }
+      std::filesystem::rename(tmp, path, ec);
+      if (ec) return report_error(internal_error("cannot write {}: {}", path, ec.message()));
+      std::printf("wrote %s (%s)\n", path.c_str(), opts->output.empty() ? "target=cpu" : ("target=" + path).c_str());
+      return kExitOk;
+    }
+    Result<plan::Target> target = plan::load_target(target_name, threads);
+    if (!target.ok()) return report_error(target.status());
+    if (opts->search) return run_search(settings, *target, *cfg, opts->json);
+    Result<Planned> pl = plan_config(settings, *target, {});
+    if (!pl.ok()) return report_error(pl.status());
+    ordered_json j = prediction_json(*pl, *target);
+    const int64_t experts = pl->step.mesh.size("expert");
+    if (experts > 1) {
+      ordered_json r = {{"expert_axis", experts}, {"balanced_s", pl->prediction.step_s}};
+      if (!opts->routing_from.empty()) {
+        Result<double> load = observed_routing_load(opts->routing_from, experts);
+        if (!load.ok()) return report_error(load.status());
+        const plan::StepPrediction p = plan::predict_step(pl->step.executable->schedule(), pl->step.mesh, *target,
+                                                          {.routing_load = *load});
+        r["observed_load"] = *load;
+        r["observed_s"] = p.step_s;
+      }
+      r["worst_s"] = plan::predict_step(pl->step.executable->schedule(), pl->step.mesh, *target, {.routing_load = 1.0})
+                         .step_s;
+      j["routing"] = r;
+    } else if (!opts->routing_from.empty()) {
+      return report_error(invalid_argument(
+          "--routing-from: the mesh has no expert axis, so routing does not change the step (set "
+          "ici_expert_parallelism > 1)"));
+    }
+    if (opts->json) {
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      print_prediction(j);
+    }
+    return j["fits"].get<bool>() ? kExitOk : kExitFailure;
+  };
+}
+
+}  // namespace kiln::app

@@ -1,0 +1,39 @@
+// `kiln plan --calibrate`: measures this machine and writes the CPU target (target.h) for
+// the threads one device of the config's mesh gets.
+//
+//   peaks            f32 FMA and bf16 dot-product peaks on those threads (train/peaks.h)
+//   memory bandwidth a triad over arrays far larger than the caches, every local device at
+//                    once (each device's share is what a kernel of that device sees)
+//   intra link       all-gathers between the local virtual devices over a range of sizes:
+//                    latency and bandwidth fitted to the ring model of cost_model.h
+//   kernel classes   the config's own step, f32 and bf16, run for a few steps with every
+//                    instruction of device 0 timed: per class, fixed_us and efficiency fitted
+//                    by least squares to time = fixed + roofline work / efficiency
+//   host overhead    the steps' wall time not inside any instruction, per instruction
+// Across MPI ranks (the inter link) nothing is measured: it keeps the intra link's figures
+// and says so in the file.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/config/config.h"
+#include "kiln/plan/target.h"
+
+namespace kiln::plan {
+
+struct CalibrateOptions {
+  int warmup_steps = 1;
+  int measured_steps = 3;
+  std::function<void(const std::string&)> log;  // progress lines (may be empty)
+};
+
+// settings: an optional CONFIG.yml, then key=value overrides (the model and mesh to calibrate with).
+Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const CalibrateOptions& options = {});
+
+// Least squares fit of t = fixed + x / efficiency over (x, t) pairs (seconds), with fixed >= 0
+// and efficiency > 0; used by calibrate_cpu, exposed for its tests.
+KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples);
+
+}  // namespace kiln::plan

@@ -1,0 +1,91 @@
+// Predicts one device's training step from its compiled program: every instruction of the
+// executable's schedule, costed on a Target and run through a two-stream timeline (the
+// device's compute stream and one collective engine), as the backend runs them.
+//
+// A kernel of class c (train::KernelKind: gemm, grouped matmul, attention, fused, other):
+//   time = fixed_us(c) + roofline / efficiency(c), where the roofline is
+//     max(FLOPs / peak(dtype), bytes / bandwidth)   gemm, grouped matmul, attention
+//     bytes / bandwidth                             fused, other
+// FLOPs and bytes are the op registry's (ops::cost_of; a multiply-add counts 2); dtype is the
+// first operand's (bf16 kernels run against the bf16 peak).
+//
+// A collective over a group of g devices moving B bytes (the gathered result of an
+// all-gather, the summed operand otherwise, a ragged exchange's send buffer) on the link
+// its group crosses (intra when every member is on one node, else inter), ring algorithms:
+//   all_gather, reduce_scatter, all_to_all, ragged:  (g-1)/g * B / bw + (g-1) * latency
+//   all_reduce:                                      2 (g-1)/g * B / bw + 2 (g-1) * latency
+// An async start issues the collective on the engine (after the one before it); its done
+// waits for it: that wait is the exposed time, the rest of the collective overlapped
+// compute. A synchronous collective is all exposed. Host overhead: host_us_per_kernel before
+// every instruction the device runs (kernels, views, async halves; not plumbing).
+//
+// MoE routing: with an expert axis of size e > 1, the grouped matmuls and ragged exchanges
+// are compiled for the worst case (one device receives every row). `routing_load` is the
+// share of those buffers the busiest device fills: 1/e balanced, 1 worst case. It scales
+// the exchanges' bytes and the grouped matmuls' FLOPs and routed rows (the kernels stop at
+// the rows their groups hold); elementwise kernels run over the whole buffer either way.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "kiln/ir/instr.h"
+#include "kiln/plan/target.h"
+#include "kiln/spmd/mesh.h"
+#include "kiln/train/trace.h"
+
+namespace kiln::plan {
+
+struct ClassEstimate {
+  int64_t count = 0;
+  double flops = 0, bytes = 0;
+  double seconds = 0;
+};
+
+struct CollectiveEstimate {
+  int64_t count = 0;
+  double bytes = 0;    // per device per step
+  double seconds = 0;  // on the engine
+  double exposed_s = 0;
+  std::string link;    // the link name the (last) group crossed
+};
+
+struct StepPrediction {
+  ClassEstimate classes[static_cast<int>(train::KernelKind::kCount)];  // kCollective unused
+  std::map<std::string, CollectiveEstimate> collectives;  // "all_gather", "ragged_all_to_all", ...
+  double compute_s = 0;     // every kernel, back to back
+  double collective_s = 0;  // every collective on the engine
+  double exposed_s = 0;     // compute stream waiting for collectives
+  double host_s = 0;
+  double step_s = 0;        // compute + exposed + host
+  int64_t kernels = 0;       // kernels and synchronous collectives
+  int64_t instructions = 0;  // everything the device runs (kernels, views, async halves)
+  double routing_load = 0;  // as given (0: no expert axis)
+  double overlapped_s() const { return collective_s - exposed_s; }
+  const ClassEstimate& cls(train::KernelKind k) const { return classes[static_cast<int>(k)]; }
+};
+
+struct PredictOptions {
+  // Share of the worst-case MoE buffers the busiest device fills (see above); <= 0: 1/e.
+  double routing_load = 0;
+};
+
+StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const spmd::Mesh& mesh,
+                            const Target& target, const PredictOptions& options = {});
+
+// Values the executable hands on without running anything (parameters, constants, tuples).
+bool is_plumbing(const ir::Instr& instr);
+// The kernel runs against the bf16 peak (its first operand is bf16).
+bool computes_in_bf16(const ir::Instr& instr);
+// The instruction's class, FLOPs and bytes when it is a compute kernel; nullopt for plumbing,
+// views, collectives and async halves.
+std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr);
+
+// The seconds one kernel of class `kind` takes on `target` (flops, bytes as above), and its
+// roofline alone (efficiency 1, no fixed cost).
+double kernel_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16);
+double roofline_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16);
+
+}  // namespace kiln::plan

@@ -1,0 +1,83 @@
+// A hardware target of `kiln plan`: what one device computes, holds and moves, from its
+// vendor's published figures (configs/targets/NAME.yml, each figure with its source) or, for
+// this machine's CPU, measured by `kiln plan --calibrate`.
+//
+// The cost model (cost_model.h) reads:
+//   peak_tflops        per compute dtype (float32, bfloat16), per device
+//   memory             capacity (GiB) and bandwidth (GB/s) per device
+//   links              intra (within a node or slice: NVLink, ICI; on this CPU, shared
+//                      memory between virtual devices) and inter (across: InfiniBand, DCN,
+//                      MPI between ranks): bandwidth per direction (GB/s) and latency (us)
+//   devices_per_node   how many devices share the intra link
+//   kernels            per kernel class: efficiency (share of the dtype's peak for gemm,
+//                      grouped_matmul and attention; of memory bandwidth for fused and other)
+//                      and fixed_us, a cost every kernel of that class pays (a calibrated
+//                      CPU may exceed 1 on byte classes: small kernels run from cache)
+//   host_us_per_kernel host time between two kernels that the device does not hide
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "kiln/base/status.h"
+#include "kiln/train/trace.h"
+
+namespace kiln::plan {
+
+struct Link {
+  std::string name;
+  double bandwidth_gbs = 0;  // one direction, per device
+  double latency_us = 0;     // per message hop
+};
+
+struct KernelRate {
+  double efficiency = 1;  // of the peak (FLOP classes) or of memory bandwidth (byte classes)
+  double fixed_us = 0;    // per kernel
+};
+
+// The kernel classes a target rates: train::KernelKind without kCollective.
+inline constexpr std::array<train::KernelKind, 5> kKernelClasses = {
+    train::KernelKind::kGemm, train::KernelKind::kGroupedMatmul, train::KernelKind::kAttention,
+    train::KernelKind::kFused, train::KernelKind::kOther};
+// "gemm", "grouped_matmul", "attention", "fused", "other": the keys of a target file.
+const char* kernel_class_key(train::KernelKind kind);
+// Whether the class is rated against FLOPs (else against bytes moved).
+bool rated_by_flops(train::KernelKind kind);
+
+struct Target {
+  std::string name;         // "h100", "cpu"
+  std::string description;  // one line
+  std::vector<std::string> sources;
+  double peak_tflops_f32 = 0, peak_tflops_bf16 = 0;
+  double memory_gib = 0;
+  double memory_bandwidth_gbs = 0;
+  Link intra, inter;
+  int64_t devices_per_node = 1;
+  KernelRate kernels[static_cast<int>(train::KernelKind::kCount)];
+  double host_us_per_kernel = 0;
+  std::string calibrated;  // "" for a published target; else when and on what it was measured
+
+  double peak_tflops(bool bf16) const { return bf16 ? peak_tflops_bf16 : peak_tflops_f32; }
+  const KernelRate& rate(train::KernelKind kind) const { return kernels[static_cast<int>(kind)]; }
+  KernelRate& rate(train::KernelKind kind) { return kernels[static_cast<int>(kind)]; }
+};
+
+// A target file's text; `where` names it in errors ("configs/targets/h100.yml").
+Result<Target> parse_target(const std::string& yaml_text, const std::string& where);
+// The file as calibrate writes it (parse_target reads it back to the same values).
+std::string target_to_yaml(const Target& target);
+
+// Where the published targets live: <configs dir>/targets.
+std::string targets_dir();
+// Where `kiln plan --calibrate` writes this CPU's target: $KILN_CACHE_DIR or ~/.cache/kiln,
+// under targets/cpu-<threads per device>t.yml (one per thread count a device gets).
+std::string calibrated_cpu_path(int threads_per_device);
+// The names `target=` accepts: "cpu" and every file in targets_dir(), sorted.
+std::vector<std::string> available_targets();
+// `name` is a name from available_targets() or a path to a .yml file. "cpu" reads this
+// machine's calibration for `threads_per_device` threads, and says to run
+// `kiln plan --calibrate` when there is none.
+Result<Target> load_target(const std::string& name, int threads_per_device);
+
+}  // namespace kiln::plan

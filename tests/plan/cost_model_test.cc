@@ -1,0 +1,208 @@
+// The cost model on IR text: a kernel's roofline time, overlap of an async collective with
+// the compute between its start and done, the link a group crosses, the ring factors, host
+// time per instruction, and MoE routing bounds. Every expected figure is worked out by hand
+// from the target below.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "kiln/base/check.h"
+#include "kiln/ir/parser.h"
+#include "kiln/plan/cost_model.h"
+
+namespace kiln::plan {
+namespace {
+
+using train::KernelKind;
+
+// Round numbers: 1 TFLOP/s f32, 1 GB/s memory; gemm at half the peak plus 1 us; the
+// intra link 1 GB/s and 10 us per hop, inter 0.1 GB/s and 100 us; 2 devices per node.
+Target test_target() {
+  Target t;
+  t.name = "test";
+  t.peak_tflops_f32 = 1;
+  t.peak_tflops_bf16 = 2;
+  t.memory_gib = 1;
+  t.memory_bandwidth_gbs = 1;
+  t.intra = {"intra", 1, 10};
+  t.inter = {"inter", 0.1, 100};
+  t.devices_per_node = 2;
+  for (KernelKind k : kKernelClasses) t.rate(k) = {1.0, 0.0};
+  t.rate(KernelKind::kGemm) = {0.5, 1.0};
+  return t;
+}
+
+struct Predicted {
+  std::unique_ptr<ir::Module> module;
+  StepPrediction p;
+};
+
+Predicted predict(const std::string& text, const spmd::Mesh& mesh, const Target& t, PredictOptions o = {}) {
+  auto m = ir::parse_module(text);
+  KILN_CHECK(m.ok()) << m.status().to_string();
+  std::vector<const ir::Instr*> schedule;
+  for (const auto& instr : (*m)->entry()->instructions()) schedule.push_back(instr.get());
+  Predicted r{std::move(*m), {}};
+  r.p = predict_step(schedule, mesh, t, o);
+  return r;
+}
+
+// x [256,256] @ w [256,256]: 2*256^3 = 33.6 MFLOP; 3 * 256 KiB = 768 KiB moved.
+constexpr const char* kGemm = R"(module @g
+ENTRY computation @main {
+  %x = f32[256,256] parameter(), index=0
+  %w = f32[256,256] parameter(), index=1
+  ROOT %y = f32[256,256] dot_general(%x, %w), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+}
+)";
+
+TEST(CostModel, GemmIsTheSlowerOfItsFlopsAndBytesOverItsEfficiency) {
+  Target t = test_target();
+  const double flops = 2.0 * 256 * 256 * 256, bytes = 3.0 * 256 * 256 * 4;
+  // Memory bound at 1 GB/s: 786 us of bytes against 34 us of FLOPs.
+  Predicted r = predict(kGemm, spmd::Mesh(), t);
+  EXPECT_NEAR(r.p.step_s, 1e-6 + bytes / 1e9 / 0.5, 1e-12);
+  EXPECT_EQ(r.p.cls(KernelKind::kGemm).count, 1);
+  EXPECT_DOUBLE_EQ(r.p.cls(KernelKind::kGemm).flops, flops);
+  EXPECT_EQ(r.p.instructions, 1);  // the parameters run nothing
+  // Compute bound once memory is fast.
+  t.memory_bandwidth_gbs = 1e6;
+  r = predict(kGemm, spmd::Mesh(), t);
+  EXPECT_NEAR(r.p.step_s, 1e-6 + flops / 1e12 / 0.5, 1e-12);
+  EXPECT_DOUBLE_EQ(r.p.compute_s, r.p.step_s);
+  EXPECT_EQ(r.p.exposed_s, 0);
+}
+
+// A weight gathered over fsdp=2 (result 256 KiB), with or without a GEMM between the start
+// and the done, then used.
+std::string gathered(bool compute_between, const std::string& axes = "fsdp", int group = 2) {
+  std::string text = R"(module @a
+ENTRY computation @main {
+  %x = f32[256,256] parameter(), index=0
+  %w = f32[)" + std::to_string(256 / group) + R"(,256] parameter(), index=1
+  %g.start = f32[256,256] all_gather_start(%w), dim=0, group_size=)" + std::to_string(group) +
+                     ", mesh_axes=\"" + axes + "\"\n";
+  if (compute_between) {
+    text += "  %h = f32[256,256] dot_general(%x, %x), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}\n";
+  } else {
+    text += "  %h = f32[256,256] parameter(), index=2\n";
+  }
+  text += "  %g = f32[256,256] all_gather_done(%g.start, %w)\n";
+  text += "  ROOT %y = f32[256,256] dot_general(%h, %g), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}\n}\n";
+  return text;
+}
+
+TEST(CostModel, AGatherHidesBehindTheComputeBetweenItsStartAndDone) {
+  const Target t = test_target();
+  const spmd::Mesh mesh({"fsdp"}, {2});
+  const double gemm = 1e-6 + 3.0 * 256 * 256 * 4 / 1e9 / 0.5;
+  const double gather = 0.5 * 256 * 256 * 4 / 1e9 + 10e-6;  // (g-1)/g of the result, one hop
+  Predicted exposed = predict(gathered(false), mesh, t);
+  EXPECT_NEAR(exposed.p.collective_s, gather, 1e-12);
+  EXPECT_NEAR(exposed.p.exposed_s, gather, 1e-12);
+  EXPECT_NEAR(exposed.p.step_s, gather + gemm, 1e-12);
+  EXPECT_EQ(exposed.p.collectives.at("all_gather").link, "intra");
+  EXPECT_EQ(exposed.p.collectives.at("all_gather").count, 1);
+  // The gemm between (786 us) is longer than the gather (141 us): nothing is exposed.
+  Predicted hidden = predict(gathered(true), mesh, t);
+  EXPECT_NEAR(hidden.p.exposed_s, 0, 1e-15);
+  EXPECT_NEAR(hidden.p.overlapped_s(), gather, 1e-12);
+  EXPECT_NEAR(hidden.p.step_s, 2 * gemm, 1e-12);
+}
+
+TEST(CostModel, AGroupAcrossNodesTakesTheInterLink) {
+  const Target t = test_target();  // 2 devices per node
+  // fsdp=4 spans two nodes: 3 hops of 100 us and 3/4 of 256 KiB at 0.1 GB/s.
+  Predicted r = predict(gathered(false, "fsdp", 4), spmd::Mesh({"fsdp"}, {4}), t);
+  EXPECT_EQ(r.p.collectives.at("all_gather").link, "inter");
+  EXPECT_NEAR(r.p.collective_s, 0.75 * 256 * 256 * 4 / 0.1e9 + 3 * 100e-6, 1e-12);
+  // The same gather over the inner axis of data=2 x fsdp=2 stays on the node.
+  Predicted inner = predict(gathered(false), spmd::Mesh({"data", "fsdp"}, {2, 2}), t);
+  EXPECT_EQ(inner.p.collectives.at("all_gather").link, "intra");
+  // ... and over the outer one leaves it.
+  Predicted outer = predict(gathered(false, "data"), spmd::Mesh({"data", "fsdp"}, {2, 2}), t);
+  EXPECT_EQ(outer.p.collectives.at("all_gather").link, "inter");
+}
+
+TEST(CostModel, AllReduceMovesTwiceWhatAReduceScatterDoes) {
+  const Target t = test_target();
+  const spmd::Mesh mesh({"fsdp"}, {2});
+  const std::string rs = R"(module @r
+ENTRY computation @main {
+  %x = f32[256,256] parameter(), index=0
+  %s = f32[128,256] reduce_scatter(%x), dim=0, group_size=2, mesh_axes=fsdp
+  ROOT %a = f32[256,256] all_reduce(%x), group_size=2, mesh_axes=fsdp
+}
+)";
+  Predicted r = predict(rs, mesh, t);
+  const double bytes = 256.0 * 256 * 4;
+  EXPECT_NEAR(r.p.collectives.at("reduce_scatter").seconds, 0.5 * bytes / 1e9 + 10e-6, 1e-12);
+  EXPECT_NEAR(r.p.collectives.at("all_reduce").seconds, 2 * 0.5 * bytes / 1e9 + 2 * 10e-6, 1e-12);
+  // Synchronous: all of it waits.
+  EXPECT_NEAR(r.p.exposed_s, r.p.collective_s, 1e-15);
+  EXPECT_NEAR(r.p.step_s, r.p.collective_s, 1e-15);
+}
+
+TEST(CostModel, HostTimeIsPaidBeforeEveryInstructionTheDeviceRuns) {
+  Target t = test_target();
+  t.host_us_per_kernel = 5;
+  Predicted base = predict(gathered(true), spmd::Mesh({"fsdp"}, {2}), test_target());
+  Predicted r = predict(gathered(true), spmd::Mesh({"fsdp"}, {2}), t);
+  EXPECT_EQ(r.p.instructions, 4);  // two gemms, the start and the done
+  EXPECT_NEAR(r.p.host_s, 20e-6, 1e-15);
+  EXPECT_NEAR(r.p.step_s, base.p.step_s + 20e-6, 1e-12);
+}
+
+// Two experts' rows received over expert=2 into a worst-case buffer, then their product.
+constexpr const char* kRouted = R"(module @moe
+ENTRY computation @main {
+  %x = f32[2,64,32] parameter(), index=0
+  %sizes = s32[2,2] parameter(), index=1
+  %r.start = f32[2,64,32] ragged_all_to_all_start(%x, %sizes), group_size=2, rows=64, slot=32, reverse=0, mesh_axes=expert
+  %r = f32[2,64,32] ragged_all_to_all_done(%r.start, %x)
+  ROOT %y = f32[2,64,32] mul(%r, %r)
+}
+)";
+
+TEST(CostModel, RoutingLoadScalesTheRaggedExchange) {
+  const Target t = test_target();
+  const spmd::Mesh mesh({"expert"}, {2});
+  Predicted balanced = predict(kRouted, mesh, t);
+  Predicted worst = predict(kRouted, mesh, t, {.routing_load = 1.0});
+  Predicted observed = predict(kRouted, mesh, t, {.routing_load = 0.75});
+  EXPECT_DOUBLE_EQ(balanced.p.routing_load, 0.5);  // 1/e
+  const double bytes = 2.0 * 64 * 32 * 4;
+  EXPECT_NEAR(worst.p.collectives.at("ragged_all_to_all").bytes, bytes, 1e-9);
+  EXPECT_NEAR(balanced.p.collectives.at("ragged_all_to_all").bytes, 0.5 * bytes, 1e-9);
+  EXPECT_LT(balanced.p.step_s, observed.p.step_s);
+  EXPECT_LT(observed.p.step_s, worst.p.step_s);
+  // Without an expert axis routing changes nothing.
+  Predicted none = predict(kRouted, spmd::Mesh({"fsdp"}, {2}), t, {.routing_load = 1.0});
+  EXPECT_EQ(none.p.routing_load, 0);
+}
+
+// A worst-case buffer of 64 routed rows through 2 experts' [32, 16] weights.
+constexpr const char* kExperts = R"(module @gmm
+ENTRY computation @main {
+  %x = f32[64,32] parameter(), index=0
+  %w = f32[2,32,16] parameter(), index=1
+  %s = s32[2] parameter(), index=2
+  ROOT %y = f32[64,16] grouped_matmul(%x, %w, %s)
+}
+)";
+
+TEST(CostModel, RoutingLoadScalesTheGroupedMatmulsRowsNotItsWeights) {
+  Target t = test_target();
+  t.memory_bandwidth_gbs = 1e-3;  // memory bound: the time is the bytes
+  const spmd::Mesh mesh({"expert"}, {2});
+  const double rows = 64.0 * 32 * 4 + 64.0 * 16 * 4, weights = 2.0 * 32 * 16 * 4 + 2 * 4;
+  Predicted worst = predict(kExperts, mesh, t, {.routing_load = 1.0});
+  Predicted balanced = predict(kExperts, mesh, t);
+  EXPECT_DOUBLE_EQ(worst.p.cls(KernelKind::kGroupedMatmul).bytes, rows + weights);
+  EXPECT_DOUBLE_EQ(balanced.p.cls(KernelKind::kGroupedMatmul).bytes, 0.5 * rows + weights);
+  EXPECT_DOUBLE_EQ(balanced.p.cls(KernelKind::kGroupedMatmul).flops, 0.5 * 2 * 64 * 32 * 16);
+  EXPECT_NEAR(balanced.p.step_s, (0.5 * rows + weights) / 1e6, 1e-12);
+}
+
+}  // namespace
+}  // namespace kiln::plan

@@ -1,0 +1,119 @@
+// Target files: every published one parses, with its sources; bad files get one line naming
+// the file and the field; calibrate's writer and the parser agree.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "kiln/plan/target.h"
+
+namespace kiln::plan {
+namespace {
+
+constexpr const char* kGood = R"(name: test
+description: a test device
+sources: ["made up for the test"]
+peak_tflops: {bfloat16: 100, float32: 10}
+memory: {capacity_gib: 16, bandwidth_gbs: 1000}
+links:
+  intra: {name: fast, bandwidth_gbs: 100, latency_us: 2}
+  inter: {name: slow, bandwidth_gbs: 10, latency_us: 20}
+devices_per_node: 8
+kernels:
+  gemm: {efficiency: 0.7, fixed_us: 3}
+  grouped_matmul: {efficiency: 0.6, fixed_us: 4}
+  attention: {efficiency: 0.5, fixed_us: 5}
+  fused: {efficiency: 0.8, fixed_us: 1}
+  other: {efficiency: 0.4, fixed_us: 2}
+host_us_per_kernel: 0.5
+)";
+
+TEST(Target, EveryPublishedTargetParsesWithItsSources) {
+  const std::vector<std::string> names = available_targets();
+  for (const char* want : {"cpu", "tpu-v5e", "tpu-v5p", "tpu-v6e", "h100", "h200", "b200"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  }
+  for (const std::string& name : names) {
+    if (name == "cpu") continue;
+    Result<Target> t = load_target(name, 1);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->name, name);
+    EXPECT_FALSE(t->sources.empty()) << name;
+    EXPECT_GE(t->peak_tflops_bf16, t->peak_tflops_f32) << name;  // no accelerator here is faster in f32
+    EXPECT_GT(t->intra.bandwidth_gbs, t->inter.bandwidth_gbs) << name;
+    EXPECT_GE(t->devices_per_node, 8) << name;
+    EXPECT_TRUE(t->calibrated.empty()) << name;
+  }
+  // The reference run's chip: spec part 3 quotes 918 TFLOP/s bf16.
+  EXPECT_EQ(load_target("tpu-v6e", 1)->peak_tflops_bf16, 918);
+}
+
+TEST(Target, ParsesEveryField) {
+  Result<Target> t = parse_target(kGood, "good.yml");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->peak_tflops(true), 100);
+  EXPECT_EQ(t->peak_tflops(false), 10);
+  EXPECT_EQ(t->memory_gib, 16);
+  EXPECT_EQ(t->inter.latency_us, 20);
+  EXPECT_EQ(t->devices_per_node, 8);
+  EXPECT_EQ(t->rate(train::KernelKind::kAttention).efficiency, 0.5);
+  EXPECT_EQ(t->rate(train::KernelKind::kOther).fixed_us, 2);
+  EXPECT_EQ(t->host_us_per_kernel, 0.5);
+}
+
+TEST(Target, WriterAndParserAgree) {
+  Target t = *parse_target(kGood, "good.yml");
+  t.calibrated = "2026-12-02 by a test";
+  t.rate(train::KernelKind::kFused).efficiency = 1.7;  // a CPU's cached kernels beat DRAM bandwidth
+  Result<Target> back = parse_target(target_to_yaml(t), "written.yml");
+  ASSERT_TRUE(back.ok()) << back.status().to_string() << "\n" << target_to_yaml(t);
+  EXPECT_EQ(back->calibrated, t.calibrated);
+  EXPECT_EQ(back->sources, t.sources);
+  EXPECT_EQ(back->intra.name, "fast");
+  for (train::KernelKind k : kKernelClasses) {
+    EXPECT_DOUBLE_EQ(back->rate(k).efficiency, t.rate(k).efficiency) << kernel_class_key(k);
+    EXPECT_DOUBLE_EQ(back->rate(k).fixed_us, t.rate(k).fixed_us) << kernel_class_key(k);
+  }
+}
+
+std::string error_of(const std::string& text) {
+  Result<Target> t = parse_target(text, "bad.yml");
+  EXPECT_FALSE(t.ok());
+  const std::string m = t.ok() ? "" : t.status().message();
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  return m;
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(Target, BadFilesNameTheFileAndTheField) {
+  EXPECT_NE(error_of(replaced(kGood, "bfloat16: 100", "bfloat16: -1")).find("bad.yml: peak_tflops.bfloat16"),
+            std::string::npos);
+  EXPECT_NE(error_of(replaced(kGood, "bandwidth_gbs: 1000", "bandwidth_gbs: fast")).find("memory.bandwidth_gbs is not a number"),
+            std::string::npos);
+  EXPECT_NE(error_of(replaced(kGood, "  attention: {efficiency: 0.5, fixed_us: 5}\n", "")).find("kernels.attention"),
+            std::string::npos);
+  EXPECT_NE(error_of(replaced(kGood, "devices_per_node: 8", "devices_per_node: 2.5")).find("whole number"),
+            std::string::npos);
+  EXPECT_NE(error_of(replaced(kGood, "sources: [\"made up for the test\"]", "sources: []")).find("sources"),
+            std::string::npos);
+  const std::string unknown = error_of(std::string(kGood) + "flops_per_watt: 3\n");
+  EXPECT_NE(unknown.find("unknown key 'flops_per_watt'"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("peak_tflops"), std::string::npos) << unknown;  // what is accepted
+  EXPECT_NE(error_of("[1, 2").find("not YAML"), std::string::npos);
+}
+
+TEST(Target, UnknownNamesListWhatIsAccepted) {
+  Result<Target> t = load_target("tpu-v9000", 1);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("unknown target 'tpu-v9000'"), std::string::npos);
+  EXPECT_NE(t.status().message().find("h100"), std::string::npos);
+  EXPECT_FALSE(load_target("../targets/h100", 1).ok());  // names, not paths (paths end in .yml)
+}
+
+}  // namespace
+}  // namespace kiln::plan
