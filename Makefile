@@ -4,7 +4,8 @@
 #   make build   set up and build only
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
 #   make fuzz    every file reader under libFuzzer (FUZZ_SECONDS each), in build-fuzz/
-#   make bench   benchmarks (bench/): kernels, the whole step vs PyTorch 1.13, and the peers table
+#   make bench   benchmarks (bench/): kernels, the whole step vs PyTorch 1.13, kiln plan vs the measured
+#                step, and the peers table
 #                (bench/peers.py: Kiln vs PyTorch 2 eager and torch.compile, JAX/XLA, PyTorch 1.13)
 #   make e2e     long end-to-end checks: bf16 vs f32 loss curves (gpt-oss-tiny 200 steps, gpt-oss-small 100),
 #                a model 1.8x a per-process memory cap on 4 MPI ranks, two hosts in network namespaces
@@ -69,6 +70,7 @@ bench: build
 	/usr/bin/python3 bench/gemm_row_vs_bench.py --kiln $(BUILD_DIR)/kiln --bench $(BUILD_DIR)/bench/gemm_shapes_bench
 	/usr/bin/python3 bench/compile_growth.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/init_vs_interpreted.py --kiln $(BUILD_DIR)/kiln
+	/usr/bin/python3 bench/plan_vs_measured.py --kiln $(BUILD_DIR)/kiln
 	@bash scripts/setup_venv.sh python/requirements-parity.txt
 	@bash scripts/setup_venv.sh python/requirements-bench.txt
 	/usr/bin/python3 bench/peers.py --kiln $(BUILD_DIR)/kiln

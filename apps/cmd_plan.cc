@@ -91,7 +91,9 @@ Result<Planned> plan_config(const std::vector<std::string>& settings, const plan
   KILN_ASSIGN_OR_RETURN(config::Config cfg, config::load(settings));
   KILN_ASSIGN_OR_RETURN(plan::CompiledStep step, plan::compile_step(cfg));
   std::vector<const ir::Instr*> schedule = step.executable->schedule();
-  plan::StepPrediction p = plan::predict_step(schedule, step.mesh, target, options);
+  plan::PredictOptions o = options;
+  o.bf16_step = cfg.get_string("dtype") == "bfloat16";
+  plan::StepPrediction p = plan::predict_step(schedule, step.mesh, target, o);
   const double tflops = train::training_tflops_per_device(train::FlopInputs::from_config(cfg)).total_tflops();
   return Planned{std::move(cfg), std::move(step), std::move(p), tflops};
 }
@@ -339,17 +341,19 @@ std::function<int()> add_plan_command(CLI::App& cmd) {
     if (!pl.ok()) return report_error(pl.status());
     ordered_json j = prediction_json(*pl, *target);
     const int64_t experts = pl->step.mesh.size("expert");
+    const bool bf16_step = pl->config.get_string("dtype") == "bfloat16";
     if (experts > 1) {
       ordered_json r = {{"expert_axis", experts}, {"balanced_s", pl->prediction.step_s}};
       if (!opts->routing_from.empty()) {
         Result<double> load = observed_routing_load(opts->routing_from, experts);
         if (!load.ok()) return report_error(load.status());
         const plan::StepPrediction p = plan::predict_step(pl->step.executable->schedule(), pl->step.mesh, *target,
-                                                          {.routing_load = *load});
+                                                          {.routing_load = *load, .bf16_step = bf16_step});
         r["observed_load"] = *load;
         r["observed_s"] = p.step_s;
       }
-      r["worst_s"] = plan::predict_step(pl->step.executable->schedule(), pl->step.mesh, *target, {.routing_load = 1.0})
+      r["worst_s"] = plan::predict_step(pl->step.executable->schedule(), pl->step.mesh, *target,
+                                        {.routing_load = 1.0, .bf16_step = bf16_step})
                          .step_s;
       j["routing"] = r;
     } else if (!opts->routing_from.empty()) {

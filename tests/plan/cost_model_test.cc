@@ -73,6 +73,26 @@ TEST(CostModel, GemmIsTheSlowerOfItsFlopsAndBytesOverItsEfficiency) {
   EXPECT_EQ(r.p.exposed_s, 0);
 }
 
+TEST(CostModel, Bf16KernelsRunAgainstTheBf16PeakAndTheirOwnRate) {
+  Target t = test_target();
+  t.memory_bandwidth_gbs = 1e6;  // compute bound
+  const std::string bf16 = R"(module @g
+ENTRY computation @main {
+  %x = bf16[256,256] parameter(), index=0
+  %w = bf16[256,256] parameter(), index=1
+  ROOT %y = f32[256,256] dot_general(%x, %w), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+}
+)";
+  const double flops = 2.0 * 256 * 256 * 256;
+  EXPECT_NEAR(predict(bf16, spmd::Mesh(), t).p.step_s, 1e-6 + flops / 2e12 / 0.5, 1e-12);  // the f32 rate
+  // A bf16 step's kernels run at its own rates where the target has them.
+  t.bf16_rates = true;
+  for (KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 3.0};
+  EXPECT_NEAR(predict(bf16, spmd::Mesh(), t, {.bf16_step = true}).p.step_s, 3e-6 + flops / 2e12 / 0.25, 1e-12);
+  EXPECT_NEAR(predict(bf16, spmd::Mesh(), t).p.step_s, 1e-6 + flops / 2e12 / 0.5, 1e-12);  // an f32 step's rate
+  EXPECT_NEAR(predict(kGemm, spmd::Mesh(), t, {.bf16_step = true}).p.step_s, 3e-6 + flops / 1e12 / 0.25, 1e-12);
+}
+
 // A weight gathered over fsdp=2 (result 256 KiB), with or without a GEMM between the start
 // and the done, then used.
 std::string gathered(bool compute_between, const std::string& axes = "fsdp", int group = 2) {

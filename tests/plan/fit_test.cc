@@ -25,6 +25,13 @@ TEST(KernelRateFit, ANegativeInterceptFitsThroughTheOrigin) {
   EXPECT_NEAR(r.efficiency, sxx / sxt, 1e-9);
 }
 
+TEST(KernelRateFit, KernelsOfOneSizeGetAProportionalRate) {
+  // Two sizes 2x apart with a (noisy) intercept: no fixed cost is read into them.
+  KernelRate r = fit_kernel_rate({{1e-4, 3e-4}, {2e-4, 4.2e-4}, {1e-4, 3.1e-4}});
+  EXPECT_EQ(r.fixed_us, 0);
+  EXPECT_NEAR(r.efficiency, (1e-8 + 4e-8 + 1e-8) / (3e-8 + 8.4e-8 + 3.1e-8), 1e-9);
+}
+
 TEST(KernelRateFit, OneSampleIsAProportionalRate) {
   KernelRate r = fit_kernel_rate({{2e-5, 4e-5}});
   EXPECT_EQ(r.fixed_us, 0);

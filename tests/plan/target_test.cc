@@ -65,6 +65,8 @@ TEST(Target, WriterAndParserAgree) {
   Target t = *parse_target(kGood, "good.yml");
   t.calibrated = "2026-12-02 by a test";
   t.rate(train::KernelKind::kFused).efficiency = 1.7;  // a CPU's cached kernels beat DRAM bandwidth
+  t.bf16_rates = true;
+  for (train::KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 7.5};
   Result<Target> back = parse_target(target_to_yaml(t), "written.yml");
   ASSERT_TRUE(back.ok()) << back.status().to_string() << "\n" << target_to_yaml(t);
   EXPECT_EQ(back->calibrated, t.calibrated);
@@ -73,6 +75,8 @@ TEST(Target, WriterAndParserAgree) {
   for (train::KernelKind k : kKernelClasses) {
     EXPECT_DOUBLE_EQ(back->rate(k).efficiency, t.rate(k).efficiency) << kernel_class_key(k);
     EXPECT_DOUBLE_EQ(back->rate(k).fixed_us, t.rate(k).fixed_us) << kernel_class_key(k);
+    EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/true).efficiency, 0.25) << kernel_class_key(k);
+    EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/false).efficiency, t.rate(k).efficiency) << kernel_class_key(k);
   }
 }
 

@@ -200,8 +200,11 @@ std::string today() {
 KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples) {
   KernelRate r;
   if (samples.empty()) return r;
+  double lo = samples.front().first, hi = lo;
+  for (const auto& [x, t] : samples) lo = std::min(lo, x), hi = std::max(hi, x);
   auto [a, b] = linear_fit(samples);
-  if (b <= 0 || a < 0) {
+  // Kernels of (nearly) one size cannot tell a fixed cost from a rate: proportional then.
+  if (b <= 0 || a < 0 || hi < 4 * lo) {
     // Through the origin when the intercept comes out negative (or the slope does).
     double sxt = 0, sxx = 0, st = 0, sx = 0;
     for (const auto& [x, t] : samples) sxt += x * t, sxx += x * x, st += t, sx += x;
@@ -245,13 +248,16 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
 
   // The step's own kernels, f32 and bf16: per class (roofline seconds, measured seconds).
   std::vector<std::pair<double, double>> per_class[static_cast<int>(KernelKind::kCount)];
+  std::vector<std::pair<double, double>> per_class_bf16[static_cast<int>(KernelKind::kCount)];  // the bf16 step's
   double gap_s = 0;
   int64_t gap_instructions = 0;
   Target unit = t;  // efficiency 1 and no fixed cost: the roofline alone
-  for (const char* dtype : {"float32", "bfloat16"}) {
+  for (const bool bf16_step : {false, true}) {
+    const char* dtype = bf16_step ? "bfloat16" : "float32";
     KILN_ASSIGN_OR_RETURN(StepTiming timing, time_steps(settings, {std::string("dtype=") + dtype}, options));
     for (const TimedKernel& k : timing.kernels) {
-      per_class[static_cast<int>(k.info.kind)].push_back(
+      auto& samples = bf16_step ? per_class_bf16 : per_class;
+      samples[static_cast<int>(k.info.kind)].push_back(
           {roofline_seconds(unit, k.info.kind, k.info.flops, k.info.bytes, k.bf16), k.seconds});
     }
     gap_s += std::max(0.0, timing.wall_s - timing.inside_s);
@@ -272,6 +278,18 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
     r = fit_kernel_rate(s);
     log(fmt::format("{}: {} kernels timed, efficiency {:.3f}, fixed {:.1f} us", kernel_class_key(kind), s.size(),
                     r.efficiency, r.fixed_us));
+  }
+  // The bf16 step's kernels: their own rates (they convert, and on a CPU without bf16
+  // instructions the products widen).
+  t.bf16_rates = true;
+  for (KernelKind kind : kKernelClasses) {
+    const auto& s = per_class_bf16[static_cast<int>(kind)];
+    KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
+    r = s.empty() ? t.rate(kind) : fit_kernel_rate(s);
+    if (!s.empty()) {
+      log(fmt::format("{} (bf16 step): {} kernels timed, efficiency {:.3f}, fixed {:.1f} us", kernel_class_key(kind), s.size(),
+                      r.efficiency, r.fixed_us));
+    }
   }
   t.host_us_per_kernel = gap_instructions > 0 ? 1e6 * gap_s / static_cast<double>(gap_instructions) : 0;
   log(fmt::format("host: {:.1f} us between instructions", t.host_us_per_kernel));

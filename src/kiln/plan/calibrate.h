@@ -33,7 +33,9 @@ struct CalibrateOptions {
 Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const CalibrateOptions& options = {});
 
 // Least squares fit of t = fixed + x / efficiency over (x, t) pairs (seconds), with fixed >= 0
-// and efficiency > 0; used by calibrate_cpu, exposed for its tests.
+// and efficiency > 0; through the origin (fixed = 0) when the intercept comes out negative
+// or the sizes x span less than 4x (one size cannot tell a fixed cost from a rate). Used by
+// calibrate_cpu, exposed for its tests.
 KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples);
 
 }  // namespace kiln::plan

@@ -83,8 +83,10 @@ std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr) {
   return info;
 }
 
-double kernel_seconds(const Target& target, KernelKind kind, double flops, double bytes, bool bf16) {
-  return target.rate(kind).fixed_us * 1e-6 + roofline_seconds(target, kind, flops, bytes, bf16) / target.rate(kind).efficiency;
+double kernel_seconds(const Target& target, KernelKind kind, double flops, double bytes, bool bf16_kernel,
+                      bool bf16_step) {
+  const KernelRate& r = target.rate(kind, bf16_step);
+  return r.fixed_us * 1e-6 + roofline_seconds(target, kind, flops, bytes, bf16_kernel) / r.efficiency;
 }
 
 double roofline_seconds(const Target& target, KernelKind kind, double flops, double bytes, bool bf16) {
@@ -162,7 +164,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const sp
       flops *= load;
       bytes -= (1 - load) * routed_row_bytes(*instr);
     }
-    const double seconds = kernel_seconds(target, info.kind, flops, bytes, computes_in_bf16(*instr));
+    const double seconds = kernel_seconds(target, info.kind, flops, bytes, computes_in_bf16(*instr), options.bf16_step);
     ClassEstimate& c = p.classes[static_cast<int>(info.kind)];
     ++c.count;
     c.flops += flops;

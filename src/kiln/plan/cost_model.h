@@ -70,6 +70,9 @@ struct StepPrediction {
 struct PredictOptions {
   // Share of the worst-case MoE buffers the busiest device fills (see above); <= 0: 1/e.
   double routing_load = 0;
+  // The step is bf16 mixed precision (dtype=bfloat16): its kernels run at the target's
+  // kernels_bf16 rates where it has them.
+  bool bf16_step = false;
 };
 
 StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const spmd::Mesh& mesh,
@@ -85,7 +88,9 @@ std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr);
 
 // The seconds one kernel of class `kind` takes on `target` (flops, bytes as above), and its
 // roofline alone (efficiency 1, no fixed cost).
-double kernel_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16);
+// bf16_kernel picks the peak (the kernel's own dtype), bf16_step the rate (Target::rate).
+double kernel_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16_kernel,
+                      bool bf16_step);
 double roofline_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16);
 
 }  // namespace kiln::plan

@@ -81,7 +81,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
   if (!root.IsMap()) return invalid_argument("{}: a target file is a YAML mapping", where);
   static const std::vector<std::string> kKeys = {"name",  "description", "sources", "peak_tflops",
                                                  "memory", "links",      "devices_per_node", "kernels",
-                                                 "host_us_per_kernel", "calibrated"};
+                                                 "kernels_bf16", "host_us_per_kernel", "calibrated"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
@@ -125,6 +125,18 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
     KILN_ASSIGN_OR_RETURN(r.efficiency, number(k, "efficiency", where, "kernels." + key + "."));
     KILN_ASSIGN_OR_RETURN(r.fixed_us, number(k, "fixed_us", where, "kernels." + key + ".", true));
   }
+  if (const YAML::Node bf16 = root["kernels_bf16"]) {
+    if (!bf16.IsMap()) return invalid_argument("{}: kernels_bf16 is a map like kernels", where);
+    t.bf16_rates = true;
+    for (train::KernelKind kind : kKernelClasses) {
+      const std::string key = kernel_class_key(kind);
+      const YAML::Node k = bf16[key];
+      if (!k || !k.IsMap()) return invalid_argument("{}: missing kernels_bf16.{} (efficiency, fixed_us)", where, key);
+      KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
+      KILN_ASSIGN_OR_RETURN(r.efficiency, number(k, "efficiency", where, "kernels_bf16." + key + "."));
+      KILN_ASSIGN_OR_RETURN(r.fixed_us, number(k, "fixed_us", where, "kernels_bf16." + key + ".", true));
+    }
+  }
   KILN_ASSIGN_OR_RETURN(t.host_us_per_kernel, number(root, "host_us_per_kernel", where, "", true));
   if (root["calibrated"]) t.calibrated = root["calibrated"].as<std::string>();
   return t;
@@ -159,6 +171,16 @@ std::string target_to_yaml(const Target& t) {
         << t.rate(kind).fixed_us << YAML::EndMap;
   }
   out << YAML::EndMap;
+  if (t.bf16_rates) {
+    out << YAML::Key << "kernels_bf16" << YAML::Value << YAML::BeginMap;
+    for (train::KernelKind kind : kKernelClasses) {
+      const KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
+      out << YAML::Key << kernel_class_key(kind) << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key
+          << "efficiency" << YAML::Value << r.efficiency << YAML::Key << "fixed_us" << YAML::Value << r.fixed_us
+          << YAML::EndMap;
+    }
+    out << YAML::EndMap;
+  }
   out << YAML::Key << "host_us_per_kernel" << YAML::Value << t.host_us_per_kernel;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

@@ -55,12 +55,21 @@ struct Target {
   Link intra, inter;
   int64_t devices_per_node = 1;
   KernelRate kernels[static_cast<int>(train::KernelKind::kCount)];
+  // Optional (kernels_bf16 in the file): the rates of a bf16 mixed-precision step's kernels
+  // (dtype=bfloat16), every class, where they differ from an f32 step's (a calibrated CPU:
+  // its bf16 kernels convert, and without bf16 instructions its products widen).
+  bool bf16_rates = false;
+  KernelRate kernels_bf16[static_cast<int>(train::KernelKind::kCount)];
   double host_us_per_kernel = 0;
   std::string calibrated;  // "" for a published target; else when and on what it was measured
 
   double peak_tflops(bool bf16) const { return bf16 ? peak_tflops_bf16 : peak_tflops_f32; }
   const KernelRate& rate(train::KernelKind kind) const { return kernels[static_cast<int>(kind)]; }
   KernelRate& rate(train::KernelKind kind) { return kernels[static_cast<int>(kind)]; }
+  // The rate a kernel of `kind` runs at in a bf16 step (or an f32 one).
+  const KernelRate& rate(train::KernelKind kind, bool bf16_step) const {
+    return bf16_step && bf16_rates ? kernels_bf16[static_cast<int>(kind)] : rate(kind);
+  }
 };
 
 // A target file's text; `where` names it in errors ("configs/targets/h100.yml").
