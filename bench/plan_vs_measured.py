@@ -15,7 +15,9 @@ each). Then for every case (model shape x dtype x mesh):
 and prints, per case, the two step times with the error, then the split by category
 (gemm, grouped matmul, attention, fused elementwise, other kernels, collectives, host) with
 the error of each category that holds at least 5% of the step. Goals (issue 22): the step
-within 15%, each category within 25%.
+within 15%, each category within 25%. Last, the calibration workload runs again and the
+change of its step time says how far the machine itself drifted during the run (a shared
+machine's speed can move by half within minutes, and every prediction by as much).
 
 The attribution's host row is the step's wall time not inside any kernel, data or
 checkpoint span (train/attribution.h), and its remat row is taken out of the kernel rows;
@@ -62,6 +64,11 @@ def run(cmd, log):
     return open(log).read()
 
 
+def calibration_step_s(text):
+    """The f32 step time `kiln plan --calibrate` printed."""
+    return float(re.search(r"float32 step: ([0-9.]+) s per step", text).group(1))
+
+
 def measured(a, args, work, name):
     out = os.path.join(work, "runs")
     run([a.kiln, "train"] + args + COMMON + ["steps=%d" % a.steps, "report=true", "run_name=" + name,
@@ -104,11 +111,12 @@ def main():
     ap.add_argument("--meshes", default="1,fsdp2")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kiln_plan_bench_")
-    targets = {}
+    targets, calibration_steps = {}, {}
     for mesh in a.meshes.split(","):
         targets[mesh] = os.path.join(work, "cpu-%s.yml" % mesh)
         text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] + ["--output", targets[mesh]],
                    os.path.join(work, "calibrate-%s.log" % mesh))
+        calibration_steps[mesh] = calibration_step_s(text)
         print("calibration, mesh %s:\n%s" % (mesh, text.rstrip()))
     rows, within = [], 0
     for shape in a.shapes.split(","):
@@ -128,6 +136,13 @@ def main():
                     cats.append("%s %.3f/%.3f%s" % (c, m_split[c], p_split[c], mark))
                 rows.append((name, m_step, p_step, err, cats))
                 print("%-24s measured %.4f s  predicted %.4f s  error %+.1f%%" % (name, m_step, p_step, err), flush=True)
+    # The machine's own drift over the run: the calibration workload again, timed as before.
+    for mesh in a.meshes.split(","):
+        text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] +
+                   ["--output", os.path.join(work, "again-%s.yml" % mesh)], os.path.join(work, "again-%s.log" % mesh))
+        before, after = calibration_steps[mesh], calibration_step_s(text)
+        print("drift, mesh %s: the calibration workload's f32 step took %.3f s before the cases and %.3f s after "
+              "(%+.0f%%)" % (mesh, before, after, 100.0 * (after - before) / before))
     print("\n| case | measured s/step | predicted | error | by category, measured/predicted s (error where >= 5% of the step) |")
     print("|---|---:|---:|---:|---|")
     for name, m, p, err, cats in rows:
