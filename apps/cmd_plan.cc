@@ -25,6 +25,7 @@
 #include "kiln/plan/compiled_step.h"
 #include "kiln/plan/cost_model.h"
 #include "kiln/plan/target.h"
+#include "kiln/report/report.h"
 #include "kiln/runtime/run_on_devices.h"
 #include "kiln/train/flops.h"
 
@@ -82,6 +83,7 @@ Result<double> observed_routing_load(const std::string& run, int64_t expert_axis
 struct Planned {
   config::Config config;
   plan::CompiledStep step;
+  plan::PredictOptions options;  // as predicted (bf16_step from the config's dtype)
   plan::StepPrediction prediction;
   double model_tflops = 0;
 };
@@ -95,14 +97,13 @@ Result<Planned> plan_config(const std::vector<std::string>& settings, const plan
   o.bf16_step = cfg.get_string("dtype") == "bfloat16";
   plan::StepPrediction p = plan::predict_step(schedule, step.mesh, target, o);
   const double tflops = train::training_tflops_per_device(train::FlopInputs::from_config(cfg)).total_tflops();
-  return Planned{std::move(cfg), std::move(step), std::move(p), tflops};
+  return Planned{std::move(cfg), std::move(step), o, std::move(p), tflops};
 }
 
 ordered_json prediction_json(const Planned& pl, const plan::Target& target) {
   const plan::StepPrediction& p = pl.prediction;
   const config::Config& cfg = pl.config;
-  const bool bf16 = cfg.get_string("dtype") == "bfloat16";
-  const double peak = target.peak_tflops(bf16);
+  const double peak = target.peak_tflops(pl.options.bf16_step);
   ordered_json j;
   j["model"] = cfg.get_string("model_name");
   j["mesh"] = pl.step.mesh.to_string();
@@ -322,15 +323,8 @@ std::function<int()> add_plan_command(CLI::App& cmd) {
       const std::string path = opts->output.empty() ? plan::calibrated_cpu_path(threads) : opts->output;
       std::error_code ec;
       std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-      // Written beside, then renamed: a failed write never replaces a good calibration.
-      const std::string tmp = path + ".tmp";
-      {
-        std::ofstream out(tmp, std::ios::binary);
-        out << plan::target_to_yaml(*t);
-        if (!out.flush()) return report_error(internal_error("cannot write {}", tmp));
-      }
-      std::filesystem::rename(tmp, path, ec);
-      if (ec) return report_error(internal_error("cannot write {}: {}", path, ec.message()));
+      // A failed write never replaces a good calibration.
+      if (Status s = report::write_file_atomically(path, plan::target_to_yaml(*t)); !s.ok()) return report_error(s);
       std::printf("wrote %s (%s)\n", path.c_str(), opts->output.empty() ? "target=cpu" : ("target=" + path).c_str());
       return kExitOk;
     }
@@ -341,20 +335,21 @@ std::function<int()> add_plan_command(CLI::App& cmd) {
     if (!pl.ok()) return report_error(pl.status());
     ordered_json j = prediction_json(*pl, *target);
     const int64_t experts = pl->step.mesh.size("expert");
-    const bool bf16_step = pl->config.get_string("dtype") == "bfloat16";
     if (experts > 1) {
+      // The same step at another routing load.
+      auto step_at = [&](double load) {
+        plan::PredictOptions o = pl->options;
+        o.routing_load = load;
+        return plan::predict_step(pl->step.executable->schedule(), pl->step.mesh, *target, o).step_s;
+      };
       ordered_json r = {{"expert_axis", experts}, {"balanced_s", pl->prediction.step_s}};
       if (!opts->routing_from.empty()) {
         Result<double> load = observed_routing_load(opts->routing_from, experts);
         if (!load.ok()) return report_error(load.status());
-        const plan::StepPrediction p = plan::predict_step(pl->step.executable->schedule(), pl->step.mesh, *target,
-                                                          {.routing_load = *load, .bf16_step = bf16_step});
         r["observed_load"] = *load;
-        r["observed_s"] = p.step_s;
+        r["observed_s"] = step_at(*load);
       }
-      r["worst_s"] = plan::predict_step(pl->step.executable->schedule(), pl->step.mesh, *target,
-                                        {.routing_load = 1.0, .bf16_step = bf16_step})
-                         .step_s;
+      r["worst_s"] = step_at(1.0);
       j["routing"] = r;
     } else if (!opts->routing_from.empty()) {
       return report_error(invalid_argument(

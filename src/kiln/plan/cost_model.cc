@@ -6,6 +6,7 @@
 
 #include "kiln/base/strings.h"
 #include "kiln/ir/opcode.h"
+#include "kiln/ops/collective_bytes.h"
 #include "kiln/ops/registry.h"
 
 namespace kiln::plan {
@@ -21,17 +22,6 @@ Traffic ring_traffic(const std::string& kind, int64_t g) {
   const double steps = static_cast<double>(g - 1);
   if (kind == "all_reduce") return {2.0 * steps / static_cast<double>(g), 2.0 * steps};
   return {steps / static_cast<double>(g), steps};
-}
-
-// What the collective moves (as the backend's report counts it): an all-gather's result, a
-// ragged exchange's larger buffer, otherwise the operand.
-double collective_bytes(const ir::Instr& instr, const std::string& kind) {
-  const double in = static_cast<double>(instr.operand(0)->shape().byte_size());
-  const ir::Shape& out_shape = instr.shape().is_tuple() ? instr.shape().element(0) : instr.shape();
-  const double out = static_cast<double>(out_shape.byte_size());
-  if (kind == "all_gather") return out;
-  if (kind == "ragged_all_to_all") return std::max(in, out);
-  return in;
 }
 
 // The group's members seen from device 0, and whether they span nodes.
@@ -110,7 +100,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const sp
     int64_t g = 1;
     const bool inter = crosses_nodes(instr, mesh, std::max<int64_t>(1, target.devices_per_node), &g);
     const Link& link = inter ? target.inter : target.intra;
-    double bytes = collective_bytes(instr, kind);
+    double bytes = static_cast<double>(ops::collective_bytes(instr).value_or(0));
     if (kind == "ragged_all_to_all" && load > 0) bytes *= load;
     const Traffic t = ring_traffic(kind, std::max<int64_t>(g, 1));
     const double seconds = t.bytes_factor * bytes / (link.bandwidth_gbs * 1e9) + t.hops * link.latency_us * 1e-6;

@@ -7,6 +7,7 @@
 
 #include "kiln/base/check.h"
 #include "kiln/ops/builder.h"
+#include "kiln/ops/collective_bytes.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/rng.h"
 #include "kiln/passes/all_reduce_combiner.h"
@@ -431,19 +432,11 @@ std::vector<int64_t> block_offset(const ir::Shape& global, const ir::Sharding& s
 std::map<std::string, CollectiveStats> count_collectives(const ir::Module& module) {
   std::map<std::string, CollectiveStats> stats;
   for (const auto& instr : module.entry()->instructions()) {
-    int64_t bytes = 0;
-    switch (instr->opcode()) {
-      case Opcode::kAllGather: bytes = instr->shape().byte_size(); break;  // what arrives
-      case Opcode::kReduceScatter:
-      case Opcode::kAllReduce: bytes = instr->operand(0)->shape().byte_size(); break;  // what is summed
-      case Opcode::kRaggedAllToAll:  // the worst case: its whole buffer
-        bytes = std::max(instr->operand(0)->shape().byte_size(), instr->shape().byte_size());
-        break;
-      default: continue;
-    }
+    const std::optional<int64_t> bytes = ops::collective_bytes(*instr);
+    if (!bytes) continue;
     CollectiveStats& s = stats[std::string(ir::opcode_name(instr->opcode()))];
     s.count += 1;
-    s.bytes += bytes;
+    s.bytes += *bytes;
   }
   return stats;
 }

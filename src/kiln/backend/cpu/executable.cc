@@ -22,6 +22,7 @@
 #include "kiln/backend/cpu/memory_plan.h"
 #include "kiln/base/check.h"
 #include "kiln/ir/printer.h"
+#include "kiln/ops/collective_bytes.h"
 #include "kiln/ops/registry.h"
 #include "kiln/passes/all_gather_combiner.h"
 #include "kiln/passes/async_collectives.h"
@@ -110,12 +111,7 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
     if (!sched::is_async_start(*instr)) continue;
     const std::string kind(ir::opcode_name(instr->opcode()));
     ++report_.async_by_kind[kind];
-    // As spmd::count_collectives: what arrives for a gather, what is summed otherwise, a
-    // ragged exchange's worst-case buffer.
-    const bool gather = instr->opcode() == Opcode::kAllGatherStart;
-    const int64_t in = instr->operand(0)->shape().byte_size(), arrives = instr->shape().byte_size();
-    report_.async_bytes_by_kind[kind] +=
-        gather ? arrives : instr->opcode() == Opcode::kRaggedAllToAllStart ? std::max(in, arrives) : in;
+    report_.async_bytes_by_kind[kind] += ops::collective_bytes(*instr).value_or(0);
   }
 
   // Generated kernels: one per distinct fusion body.
