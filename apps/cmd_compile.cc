@@ -23,13 +23,14 @@ std::string gib(int64_t bytes) { return fmt::format("{:.3f} GiB", static_cast<do
 
 Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const std::string& dump_dir) {
   KILN_ASSIGN_OR_RETURN(plan::CompiledStep step, plan::compile_step(cfg, dump_dir));
+  const backend::CompileReport& r = step.executable->report();
+  // The partitioner's collectives once the pipeline's cleanups ran (empty on one device).
   nlohmann::ordered_json collectives = nlohmann::ordered_json::object();
   nlohmann::ordered_json collective_bytes = nlohmann::ordered_json::object();
-  for (const auto& [kind, stats] : step.partitioned_collectives) {
-    collectives[kind] = stats.first;
-    collective_bytes[kind] = stats.second;
+  for (const auto& [kind, stats] : r.collectives) {
+    collectives[kind] = stats.count;
+    collective_bytes[kind] = stats.bytes;
   }
-  const backend::CompileReport& r = step.executable->report();
   // The backend runs collectives as start/done pairs: count them as it runs them (its passes
   // may have merged or added some, e.g. the backward pass's re-gathers).
   for (const auto& [start, n] : r.async_by_kind) {

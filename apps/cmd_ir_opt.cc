@@ -15,6 +15,7 @@
 #include "kiln/ir/parser.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ops/registry.h"
+#include "kiln/passes/compile_pipeline.h"
 #include "kiln/passes/registry.h"
 
 namespace kiln::app {

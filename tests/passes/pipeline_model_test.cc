@@ -11,6 +11,7 @@
 #include "kiln/base/check.h"
 #include "kiln/frontend/graph.h"
 #include "kiln/frontend/nn.h"
+#include "kiln/passes/compile_pipeline.h"
 #include "kiln/passes/registry.h"
 #include "tests/passes/pass_testing.h"
 

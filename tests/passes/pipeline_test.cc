@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kiln/ops/builder.h"
+#include "kiln/passes/compile_pipeline.h"
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/registry.h"
@@ -88,7 +89,7 @@ TEST(Pipeline, DefaultPipelineReachesAFixedPointAndPreservesResults) {
   options.verify_each = true;
   options.fixed_point_cap_is_error = true;
   Pipeline p = default_pipeline(options);
-  EXPECT_EQ(p.to_string(), "dce, fix(simplify, cse, dce), product_result_dtype");
+  EXPECT_EQ(p.to_string(), "dce, fix(simplify, cse, dce), all_reduce_combiner, fix(simplify, cse, dce), product_result_dtype");
   auto changed = p.run(*module);
   ASSERT_TRUE(changed.ok()) << changed.status().to_string();
   EXPECT_TRUE(*changed);
@@ -110,7 +111,8 @@ ENTRY computation @main {
 }
 
 // KILN_PASS_TIMING=1: one stderr line with every pass's total time and number of runs (the
-// fixed-point group runs simplify, cse and dce twice here: once changing, once to confirm).
+// first fixed-point group runs simplify, cse and dce twice here: once changing, once to
+// confirm; the second, after the all-reduce combiner, once).
 TEST(Pipeline, PassTimingPrintsEveryPassWithItsRuns) {
   auto module = parse();
   Pipeline p = default_pipeline({});
@@ -122,9 +124,9 @@ TEST(Pipeline, PassTimingPrintsEveryPassWithItsRuns) {
   ASSERT_TRUE(changed.ok());
   EXPECT_THAT(err, HasSubstr("pass timing: "));
   EXPECT_THAT(err, HasSubstr(" over 10 instructions in: "));
-  EXPECT_THAT(err, ::testing::ContainsRegex("simplify [0-9.]+ ms/2"));
-  EXPECT_THAT(err, ::testing::ContainsRegex("cse [0-9.]+ ms/2"));
-  EXPECT_THAT(err, ::testing::ContainsRegex("dce [0-9.]+ ms/3"));  // once before the group
+  EXPECT_THAT(err, ::testing::ContainsRegex("simplify [0-9.]+ ms/3"));
+  EXPECT_THAT(err, ::testing::ContainsRegex("cse [0-9.]+ ms/3"));
+  EXPECT_THAT(err, ::testing::ContainsRegex("dce [0-9.]+ ms/4"));  // once before the groups
   // Off by default.
   ::testing::internal::CaptureStderr();
   ASSERT_TRUE(p.run(*parse()).ok());

@@ -1,5 +1,6 @@
 #include "kiln/passes/product_result_dtype.h"
 
+#include "kiln/passes/compile_pipeline.h"
 #include "kiln/passes/registry.h"
 #include "tests/passes/pass_testing.h"
 

@@ -14,6 +14,7 @@
 #include "kiln/config/config.h"
 #include "kiln/memory/buffer_assignment.h"
 #include "kiln/models/model.h"
+#include "kiln/passes/compile_pipeline.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
 #include "kiln/passes/pipeline.h"

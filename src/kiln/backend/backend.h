@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "kiln/base/status.h"
 #include "kiln/config/config.h"
 #include "kiln/ir/instr.h"
+#include "kiln/ops/collective_bytes.h"
+#include "kiln/passes/compile_pipeline.h"
 
 namespace kiln::backend {
 
@@ -35,12 +38,17 @@ struct CompileOptions {
   // What a run's config says (dump_ir, verify_each, remat_policy): the one place these keys
   // are read for compiling. Callers add what is theirs (the step's donations, ...).
   static CompileOptions from_config(const config::Config& config);
+  // What of these the compile pipeline needs (passes/compile_pipeline.h).
+  passes::CompileChoices choices() const { return {remat_policy, fuse}; }
 };
 
 // What compilation made of the module, for `kiln compile` and tests.
 struct CompileReport {
   int64_t instructions_before = 0;
   int64_t instructions_after = 0;
+  // The collectives after the pipeline's cleanups, before combining and async pairs: on a
+  // partitioned module, the ones the partitioner's layouts require.
+  std::map<std::string, ops::CollectiveStats> collectives;
   int64_t fused_kernels = 0;     // generated loop kernels (after deduplication: unique_kernels)
   int64_t unique_kernels = 0;
   int64_t gemms = 0;
@@ -103,7 +111,27 @@ class Executable {
   InstructionObserver* observer_ = nullptr;
 };
 
-// Compiles `module` for this machine's CPU.
+// A backend turns a module into an executable: it runs the compile pipeline
+// (passes/compile_pipeline.h) with the policy of what it can run, then lowers what is left.
+// Nothing here assumes a CPU: a CUDA backend implements the same two calls.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual Result<std::unique_ptr<Executable>> compile(const ir::Module& module, const CompileOptions& options) const = 0;
+};
+
+// This machine's CPU: generated loop kernels, library GEMMs, hand-written attention and
+// grouped matmuls (backend/cpu/).
+const Backend& cpu_backend();
+// The reference interpreter behind the same interface (backend/interpreter/): the pipeline
+// without loop fusion or async collectives, then every instruction by its reference
+// evaluation. Slow and exact; it proves the interface carries no CPU assumption.
+const Backend& interpreter_backend();
+// By name: "cpu" or "interpreter" (an unknown name is an error listing both).
+Result<const Backend*> backend_named(std::string_view name);
+
+// cpu_backend().compile(module, options).
 Result<std::unique_ptr<Executable>> compile_cpu(const ir::Module& module, const CompileOptions& options);
 
 }  // namespace kiln::backend

@@ -19,4 +19,16 @@ std::optional<int64_t> collective_bytes(const ir::Instr& instr) {
   }
 }
 
+std::map<std::string, CollectiveStats> count_collectives(const ir::Module& module) {
+  std::map<std::string, CollectiveStats> stats;
+  for (const auto& instr : module.entry()->instructions()) {
+    const std::optional<int64_t> bytes = collective_bytes(*instr);
+    if (!bytes) continue;
+    CollectiveStats& s = stats[std::string(ir::opcode_name(instr->opcode()))];
+    s.count += 1;
+    s.bytes += *bytes;
+  }
+  return stats;
+}
+
 }  // namespace kiln::ops

@@ -117,6 +117,10 @@ struct OpDef {
   // done): buffer assignment gives it no storage of its own. Array results only, except a
   // done, which returns whatever its start wrote.
   bool aliases_operand = false;
+  // Program structure, not work: the value is an argument, a literal, or other values
+  // grouped or picked out of a group (parameter, constant, tuple, get_tuple_element).
+  // Executables hand it on without a kernel; cost models and traces skip it.
+  bool plumbing = false;
   // Which library kernel family a backend runs it with (what `kiln compile` counts).
   KernelClass kernel_class = KernelClass::kOther;
 

@@ -94,6 +94,7 @@ ENTRY computation @main {
     d.grad = GradKind::kNone;  // a leaf: autodiff differentiates *with respect to* parameters
     d.dim_map = empty_dim_map;
     d.cost = internal::zero_cost;
+    d.plumbing = true;
     table.add(std::move(d));
   }
   {
@@ -111,6 +112,7 @@ ENTRY computation @main {
     d.grad = GradKind::kNone;
     d.dim_map = empty_dim_map;
     d.cost = internal::memory_cost;
+    d.plumbing = true;
     table.add(std::move(d));
   }
   {
@@ -182,6 +184,7 @@ ENTRY computation @main {
     d.grad = GradKind::kTupleStructure;
     d.dim_map = tuple_dim_map;
     d.cost = internal::zero_cost;
+    d.plumbing = true;
     table.add(std::move(d));
   }
   {
@@ -211,6 +214,7 @@ ENTRY computation @main {
     d.grad = GradKind::kTupleStructure;
     d.dim_map = gte_dim_map;
     d.cost = internal::zero_cost;
+    d.plumbing = true;
     table.add(std::move(d));
   }
 }

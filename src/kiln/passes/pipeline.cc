@@ -38,9 +38,17 @@ Pipeline& Pipeline::add_fixed_point(std::string name, std::vector<std::unique_pt
   return *this;
 }
 
+Pipeline& Pipeline::add_checkpoint(std::string name) {
+  Stage stage;
+  stage.name = std::move(name);
+  stages_.push_back(std::move(stage));
+  return *this;
+}
+
 std::string Pipeline::to_string() const {
   std::string out;
   for (const Stage& stage : stages_) {
+    if (stage.passes.empty()) continue;  // a checkpoint runs nothing
     if (!out.empty()) out += ", ";
     std::string names;
     for (const auto& p : stage.passes) names += (names.empty() ? "" : ", ") + std::string(p->name());
@@ -131,7 +139,7 @@ bool pass_timing_on() {
 
 }  // namespace
 
-Result<bool> Pipeline::run(ir::Module& module) {
+Result<bool> Pipeline::run(ir::Module& module, const CheckpointFn& at_checkpoint) {
   std::optional<PassTimes> times;
   if (pass_timing_on()) times.emplace();
   const int64_t instructions_in = module.instruction_count();
@@ -151,6 +159,10 @@ Result<bool> Pipeline::run(ir::Module& module) {
   KILN_RETURN_IF_ERROR(dump(module, "input"));
   bool changed = false;
   for (Stage& stage : stages_) {
+    if (stage.passes.empty()) {
+      if (at_checkpoint) at_checkpoint(stage.name, module);
+      continue;
+    }
     if (!stage.fixed_point) {
       KILN_ASSIGN_OR_RETURN(bool c, run_timed(*stage.passes[0]));
       changed = changed || c;

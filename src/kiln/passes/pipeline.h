@@ -15,8 +15,10 @@
 // it changed the module, the instruction count and the time taken.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/passes/pass.h"
@@ -53,11 +55,16 @@ class Pipeline {
   // Appends a group whose passes run in order, again and again, until one whole iteration
   // changes nothing (or the iteration cap is reached).
   Pipeline& add_fixed_point(std::string name, std::vector<std::unique_ptr<Pass>> passes);
+  // Appends a named point between stages where run()'s caller may look at the module as it
+  // is there (compile_pipeline's "cleaned": the collectives that will run). Changes nothing.
+  Pipeline& add_checkpoint(std::string name);
 
-  // Runs every stage; true when any pass changed the module. Errors: a pass's own error
-  // (prefixed with its name), a verification failure after a pass, an unwritable dump
-  // directory, or a fixed-point group that did not converge (when that is an error).
-  Result<bool> run(ir::Module& module);
+  using CheckpointFn = std::function<void(std::string_view checkpoint, const ir::Module& module)>;
+  // Runs every stage; true when any pass changed the module. `at_checkpoint` (if set) is
+  // called at each checkpoint. Errors: a pass's own error (prefixed with its name), a
+  // verification failure after a pass, an unwritable dump directory, or a fixed-point group
+  // that did not converge (when that is an error).
+  Result<bool> run(ir::Module& module, const CheckpointFn& at_checkpoint = {});
 
   // "dce, fix(simplify, cse, dce)": the shape of the pipeline, for logs and --help.
   std::string to_string() const;
@@ -67,8 +74,8 @@ class Pipeline {
 
  private:
   struct Stage {
-    std::string name;  // the group's name (fixed-point groups)
-    std::vector<std::unique_ptr<Pass>> passes;
+    std::string name;  // the group's name (fixed-point groups), the checkpoint's name
+    std::vector<std::unique_ptr<Pass>> passes;  // none for a checkpoint
     bool fixed_point = false;
   };
   // Runs one pass with sorting, verification, dumping and logging around it.

@@ -6,6 +6,7 @@
 #include "kiln/passes/all_gather_combiner.h"
 #include "kiln/passes/all_reduce_combiner.h"
 #include "kiln/passes/async_collectives.h"
+#include "kiln/passes/compile_pipeline.h"
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
@@ -61,21 +62,6 @@ Result<std::unique_ptr<Pass>> make_pass(std::string_view name) {
   return invalid_argument("unknown pass '{}'{}; known passes: {} (and 'default', 'fix(a,b,...)')", name,
                           suggestion.empty() ? "" : fmt::format(" (did you mean '{}'?)", suggestion),
                           fmt::join(names, ", "));
-}
-
-Pipeline default_pipeline(PipelineOptions options) {
-  Pipeline p(std::move(options));
-  // First, so the fixed-point group never spends time on values nothing uses.
-  p.add(std::make_unique<DcePass>());
-  // Simplification exposes duplicates (two folded chains become equal), merging duplicates
-  // lets identities on shared operands match (select(p, a, a)), and both leave dead values
-  // behind: repeat the three until none of them changes anything.
-  p.add_fixed_point("simplify", make_passes(std::make_unique<SimplifyPass>(), std::make_unique<CsePass>(),
-                                            std::make_unique<DcePass>()));
-  // After simplification (which removes no-op converts first) and before fusion, which would
-  // otherwise fuse the widening convert into its readers as a pass of its own.
-  p.add(std::make_unique<ProductResultDtypePass>());
-  return p;
 }
 
 namespace {

@@ -1,6 +1,6 @@
 // Passes by name, so tools and flags can build a pipeline from text:
 //   kiln ir-opt model.ir --passes=dce,cse,simplify
-//   --passes=default                     the default pipeline (default_pipeline below)
+//   --passes=default                     the compile pipeline's cleanups (compile_pipeline.h)
 //   --passes="dce,fix(simplify,cse,dce)"  fix(...) is a fixed-point group
 // A new pass adds one row to the table in registry.cc.
 #pragma once
@@ -31,8 +31,5 @@ Result<std::unique_ptr<Pass>> make_pass(std::string_view name);
 
 // A pipeline from a comma-separated spec: pass names, fix(a,b,...) groups and "default".
 Result<Pipeline> pipeline_from_spec(std::string_view spec, PipelineOptions options = {});
-
-// The pipeline the compiler runs; each stage's place is explained in registry.cc.
-Pipeline default_pipeline(PipelineOptions options = {});
 
 }  // namespace kiln::passes

@@ -13,7 +13,6 @@ Result<CompiledStep> compile_step(const config::Config& cfg, const std::string& 
   // On a mesh, what each device compiles and runs is the partitioned step.
   if (cfg.derived().num_devices > 1) {
     KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, train::partition_step(cfg, c.program, c.model->params()));
-    for (const auto& [kind, stats] : partition.collectives) c.partitioned_collectives[kind] = {stats.count, stats.bytes};
     c.program.module = std::move(partition.module);
   }
   backend::CompileOptions options = backend::CompileOptions::from_config(cfg);

@@ -26,9 +26,6 @@ struct CompiledStep {
   train::StepProgram program;  // its module is the per-device program on a mesh
   std::unique_ptr<backend::Executable> executable;
   spmd::Mesh mesh;
-  // The partitioner's collectives (kind -> count, bytes per device), before the backend's
-  // passes; empty on one device.
-  std::map<std::string, std::pair<int64_t, int64_t>> partitioned_collectives;
   StepMemory memory;
 };
 

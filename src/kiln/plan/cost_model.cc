@@ -53,20 +53,14 @@ double routed_row_bytes(const ir::Instr& instr) {
 
 }  // namespace
 
-bool is_plumbing(const ir::Instr& instr) {
-  const ir::Opcode op = instr.opcode();
-  return op == ir::Opcode::kParameter || op == ir::Opcode::kConstant || op == ir::Opcode::kTuple ||
-         op == ir::Opcode::kGetTupleElement;
-}
-
 bool computes_in_bf16(const ir::Instr& instr) {
   return instr.num_operands() > 0 && !instr.operand(0)->shape().is_tuple() &&
          instr.operand(0)->shape().dtype() == ir::DType::kBF16;
 }
 
 std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr) {
-  if (is_plumbing(instr)) return std::nullopt;
   const ops::OpDef& def = ops::op_def(instr.opcode());
+  if (def.plumbing) return std::nullopt;
   if (def.async_role != ops::AsyncRole::kNone || def.aliases_operand) return std::nullopt;
   train::InstrInfo info = train::describe_instruction(instr);
   if (info.kind == KernelKind::kCollective || !info.collective.empty()) return std::nullopt;
@@ -121,7 +115,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const sp
     now = end;
   };
   for (const ir::Instr* instr : schedule) {
-    if (is_plumbing(*instr)) continue;
+    if (ops::op_def(instr->opcode()).plumbing) continue;
     // The host's time between two instructions the device runs (views and async halves too).
     const double host = target.host_us_per_kernel * 1e-6;
     p.host_s += host;

@@ -78,8 +78,6 @@ struct PredictOptions {
 StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const spmd::Mesh& mesh,
                             const Target& target, const PredictOptions& options = {});
 
-// Values the executable hands on without running anything (parameters, constants, tuples).
-bool is_plumbing(const ir::Instr& instr);
 // The kernel runs against the bf16 peak (its first operand is bf16).
 bool computes_in_bf16(const ir::Instr& instr);
 // The instruction's class, FLOPs and bytes when it is a compute kernel; nullopt for plumbing,

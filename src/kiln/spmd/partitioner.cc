@@ -10,8 +10,6 @@
 #include "kiln/ops/collective_bytes.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/rng.h"
-#include "kiln/passes/all_reduce_combiner.h"
-#include "kiln/passes/registry.h"
 #include "kiln/spmd/ragged_exchange.h"
 #include "kiln/spmd/batch_tuple_ops.h"
 
@@ -79,15 +77,9 @@ class Partitioner {
       if (!p->shape().is_tuple()) result_.param_shardings[p->attrs().get_int("index")] = specs_.at(p).to_ir();
     }
     KILN_RETURN_IF_ERROR(ops::verify(*result_.module));
-    // Resharding inserts the same gather for every use of a value and slices of values that
-    // are replicated anyway; the usual cleanup merges and removes them, and the report
-    // counts what is left.
-    KILN_ASSIGN_OR_RETURN(passes::Pipeline cleanup, passes::pipeline_from_spec("fix(simplify,cse,dce)"));
-    KILN_RETURN_IF_ERROR(cleanup.run(*result_.module).status());
-    // Then the step's many scalar all-reduces (each gradient's share of the global norm) meet once.
-    passes::AllReduceCombinerPass combiner;
-    KILN_RETURN_IF_ERROR(combiner.run(*result_.module).status());
-    result_.collectives = count_collectives(*result_.module);
+    // Resharding inserts the same gather for every use of a value, and slices of values
+    // that are replicated anyway: the compile pipeline's cleanups (passes/compile_pipeline.h)
+    // merge and remove them.
     return std::move(result_);
   }
 
@@ -428,18 +420,6 @@ std::vector<int64_t> block_offset(const ir::Shape& global, const ir::Sharding& s
 }
 
 }  // namespace
-
-std::map<std::string, CollectiveStats> count_collectives(const ir::Module& module) {
-  std::map<std::string, CollectiveStats> stats;
-  for (const auto& instr : module.entry()->instructions()) {
-    const std::optional<int64_t> bytes = ops::collective_bytes(*instr);
-    if (!bytes) continue;
-    CollectiveStats& s = stats[std::string(ir::opcode_name(instr->opcode()))];
-    s.count += 1;
-    s.bytes += *bytes;
-  }
-  return stats;
-}
 
 Result<PartitionResult> partition(const ir::Module& module, const PartitionOptions& options) {
   Partitioner p(module, options);

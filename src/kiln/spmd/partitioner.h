@@ -34,25 +34,16 @@ struct PartitionOptions {
   PropagationSeeds seeds;  // parameter and output shardings (missing: decided by propagation)
 };
 
-struct CollectiveStats {
-  int64_t count = 0;
-  int64_t bytes = 0;  // per device per run: the larger of what it sends and receives
-};
-
 struct PartitionResult {
   std::unique_ptr<ir::Module> module;        // the per-device program
   std::vector<ir::Sharding> param_shardings;   // by entry parameter index
   std::vector<ir::Sharding> output_shardings;  // by root tuple element
-  std::map<std::string, CollectiveStats> collectives;  // count_collectives(*module)
   std::vector<std::string> notes;            // decisions worth telling a user (--v=1)
 };
 
-// The collectives of a (per-device) module by opcode name, with the bytes one device moves:
-// all_gather counts what arrives, reduce_scatter and all_reduce what is summed.
-std::map<std::string, CollectiveStats> count_collectives(const ir::Module& module);
-
-// A one-device mesh returns a copy of the module with replicated shardings. The result has
-// been cleaned up (simplify, CSE, DCE), so its collectives are the ones that will run.
+// A one-device mesh returns a copy of the module with replicated shardings. The result is
+// not cleaned up: resharding leaves duplicate gathers and dead slices that the compile
+// pipeline's cleanups remove (passes::default_pipeline), so count its collectives after those.
 Result<PartitionResult> partition(const ir::Module& module, const PartitionOptions& options);
 
 // The block of `global` that `device` holds under `sharding` (shard_index order).

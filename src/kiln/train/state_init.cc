@@ -9,7 +9,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/check.h"
-#include "kiln/interp/interpreter.h"
+#include "kiln/ops/collective_bytes.h"
 #include "kiln/spmd/logical_rules.h"
 #include "kiln/spmd/partitioner.h"
 
@@ -34,17 +34,21 @@ Result<std::unique_ptr<ir::Module>> per_device_init(const ir::Module& global, co
   KILN_ASSIGN_OR_RETURN(options.rules, spmd::LogicalRules::from_config(config));
   for (int64_t i = 0; i < program.num_params; ++i) options.seeds.outputs.push_back(runner.arg_sharding(program.param_arg(i)));
   KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, spmd::partition(global, options));
-  for (const auto& [name, stats] : partition.collectives) {
-    // Each device makes its own block: an exchange would mean a value was made whole.
-    if (stats.count > 0) return internal_error("the partitioned init program has {} {}", stats.count, name);
-  }
-  for (const auto& instr : partition.module->entry()->instructions()) {
+  return std::move(partition.module);
+}
+
+// Each device makes its own block: after the compile pipeline's cleanups, an exchange or a
+// slice of a whole value would mean a value was made whole first.
+Status check_made_per_block(const backend::Executable& exe) {
+  for (const ir::Instr* instr : exe.schedule()) {
+    if (ops::collective_bytes(*instr).has_value()) {
+      return internal_error("the partitioned init program exchanges values between devices: {}", instr->to_string());
+    }
     if (instr->opcode() == ir::Opcode::kShardSlice) {
-      return internal_error("the partitioned init program makes a value whole, then slices it: {}",
-                            instr->to_string());
+      return internal_error("the partitioned init program makes a value whole, then slices it: {}", instr->to_string());
     }
   }
-  return std::move(partition.module);
+  return ok_status();
 }
 
 }  // namespace
@@ -74,19 +78,28 @@ Result<InitReport> init_state(StepRunner& runner, const StepProgram& program,
 
   // executor=compiled: one executable per local device (an executable runs on one thread
   // at a time; the kernel cache makes the second compile cheap). executor=interpreter, or if
-  // the CPU backend cannot compile it: the reference interpreter, with the same values
+  // the CPU backend cannot compile it: the interpreter backend, with the same values
   // (ops/rng.h), and no worker threads (a run on the interpreter stays fork-safe).
   const int64_t devices = runner.layout().local_devices;
   std::vector<std::unique_ptr<backend::Executable>> executables;
   const Clock::time_point compile_start = Clock::now();
   const bool want_compiled = config.get_string("executor") == "compiled";
   for (int64_t d = 0; d < devices && want_compiled; ++d) {
-    Result<std::unique_ptr<backend::Executable>> exe = backend::compile_cpu(*local, backend::CompileOptions{});
+    Result<std::unique_ptr<backend::Executable>> exe = backend::cpu_backend().compile(*local, backend::CompileOptions{});
     if (!exe.ok()) break;
     executables.push_back(std::move(*exe));
   }
-  report.compile_seconds = seconds_since(compile_start);
   const bool compiled = want_compiled && static_cast<int64_t>(executables.size()) == devices;
+  if (!compiled) {
+    // The interpreter keeps no per-run state: one executable serves every device.
+    executables.clear();
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe,
+                          backend::interpreter_backend().compile(*local, backend::CompileOptions{}));
+    executables.push_back(std::move(exe));
+  }
+  report.compile_seconds = seconds_since(compile_start);
+  KILN_RETURN_IF_ERROR(check_made_per_block(*executables[0]));
+  local.reset();
 
   std::mutex mu;
   int64_t state_bytes = 0;
@@ -96,8 +109,7 @@ Result<InitReport> init_state(StepRunner& runner, const StepProgram& program,
       KILN_ASSIGN_OR_RETURN(params, executables[d]->run({}));
       executables[d].reset();  // its arena goes before the moments are made
     } else {
-      KILN_ASSIGN_OR_RETURN(std::vector<ir::Literal> values, interp::run(*local, {}));
-      for (const ir::Literal& v : values) params.push_back(backend::Buffer::from_literal(v));
+      KILN_ASSIGN_OR_RETURN(params, executables[0]->run({}));
     }
     if (static_cast<int64_t>(params.size()) != program.num_params) {
       return internal_error("the init program made {} tensors for {} parameters", params.size(), program.num_params);

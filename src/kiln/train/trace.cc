@@ -64,74 +64,62 @@ InstrInfo describe_instruction(const ir::Instr& instr) {
   nlohmann::json args = {{"op", std::string(opcode)}, {"value", name}, {"shape", instr.shape().to_string()}};
   info.collective = collective_kind(opcode);
 
-  switch (instr.opcode()) {
-    case Opcode::kDotGeneral: {
-      info.kind = KernelKind::kGemm;
-      const ir::Shape& lhs = instr.operand(0)->shape();
-      const ir::Shape& rhs = instr.operand(1)->shape();
-      const ir::Attrs& a = instr.attrs();
-      const double batch = product(lhs, a.get_ints("lhs_batch")), k = product(lhs, a.get_ints("lhs_contract"));
-      info.batch = static_cast<int64_t>(batch);
-      info.k = static_cast<int64_t>(k);
-      info.m = static_cast<int64_t>(static_cast<double>(lhs.num_elements()) / (batch * k));
-      info.n = static_cast<int64_t>(static_cast<double>(rhs.num_elements()) / (batch * k));
-      info.dtype = std::string(ir::dtype_name(lhs.dtype()));
-      // As the library sees it when no copy is needed: lhs is [M, K] unless its last dim is free.
-      const std::vector<int64_t> lc = a.get_ints("lhs_contract"), rc = a.get_ints("rhs_contract");
-      info.trans_a = std::find(lc.begin(), lc.end(), lhs.rank() - 1) == lc.end();
-      info.trans_b = std::find(rc.begin(), rc.end(), rhs.rank() - 1) != rc.end();
-      info.name = fmt::format("{} gemm {}x{}x{}x{}", name, info.batch, info.m, info.n, info.k);
-      args["lhs"] = lhs.to_string();
-      args["rhs"] = rhs.to_string();
-      args["bmnk"] = {info.batch, info.m, info.n, info.k};
-      args["trans"] = std::string(info.trans_a ? "T" : "N") + (info.trans_b ? "T" : "N");
-      args["gflop"] = info.flops / 1e9;
-      break;
+  // What kind of kernel runs it is the op's registry trait (its kernel class; a fusion
+  // calls its body), so a new op lands in the right row without a change here.
+  const ops::OpDef& def = ops::op_def(instr.opcode());
+  if (def.kernel_class == ops::KernelClass::kGemm) {
+    info.kind = KernelKind::kGemm;
+    const ir::Shape& lhs = instr.operand(0)->shape();
+    const ir::Shape& rhs = instr.operand(1)->shape();
+    const ir::Attrs& a = instr.attrs();
+    const double batch = product(lhs, a.get_ints("lhs_batch")), k = product(lhs, a.get_ints("lhs_contract"));
+    info.batch = static_cast<int64_t>(batch);
+    info.k = static_cast<int64_t>(k);
+    info.m = static_cast<int64_t>(static_cast<double>(lhs.num_elements()) / (batch * k));
+    info.n = static_cast<int64_t>(static_cast<double>(rhs.num_elements()) / (batch * k));
+    info.dtype = std::string(ir::dtype_name(lhs.dtype()));
+    // As the library sees it when no copy is needed: lhs is [M, K] unless its last dim is free.
+    const std::vector<int64_t> lc = a.get_ints("lhs_contract"), rc = a.get_ints("rhs_contract");
+    info.trans_a = std::find(lc.begin(), lc.end(), lhs.rank() - 1) == lc.end();
+    info.trans_b = std::find(rc.begin(), rc.end(), rhs.rank() - 1) != rc.end();
+    info.name = fmt::format("{} gemm {}x{}x{}x{}", name, info.batch, info.m, info.n, info.k);
+    args["lhs"] = lhs.to_string();
+    args["rhs"] = rhs.to_string();
+    args["bmnk"] = {info.batch, info.m, info.n, info.k};
+    args["trans"] = std::string(info.trans_a ? "T" : "N") + (info.trans_b ? "T" : "N");
+    args["gflop"] = info.flops / 1e9;
+  } else if (def.kernel_class == ops::KernelClass::kGroupedMatmul || def.kernel_class == ops::KernelClass::kAttention) {
+    info.kind = def.kernel_class == ops::KernelClass::kAttention ? KernelKind::kAttention : KernelKind::kGroupedMatmul;
+    info.name = fmt::format("{} {}", name, opcode);
+    args["gflop"] = info.flops / 1e9;
+  } else if (def.calls_body) {
+    info.kind = KernelKind::kFused;
+    // The source names of what was fused, in program order, without repeats; a body
+    // without names (optimizer arithmetic, compiler-made values) lists its opcodes instead,
+    // and an unnamed fusion is named after them, as XLA does ("mul_add_fusion").
+    std::vector<std::string> fused, ops;
+    std::set<std::string> seen, seen_ops;
+    for (const auto& inner : instr.called()[0]->instructions()) {
+      if (inner->opcode() == Opcode::kParameter || inner->opcode() == Opcode::kConstant) continue;
+      const std::string op(ir::opcode_name(inner->opcode()));
+      if (seen_ops.insert(op).second) ops.push_back(op);
+      if (!inner->meta().name.empty() && seen.insert(inner->meta().name).second) fused.push_back(inner->meta().name);
     }
-    case Opcode::kGroupedMatmul:
-    case Opcode::kGroupedMatmulWeightGrad:
-      info.kind = KernelKind::kGroupedMatmul;
-      info.name = fmt::format("{} {}", name, opcode);
-      args["gflop"] = info.flops / 1e9;
-      break;
-    case Opcode::kAttention:
-    case Opcode::kAttentionGrad:
-      info.kind = KernelKind::kAttention;
-      info.name = fmt::format("{} {}", name, opcode);
-      args["gflop"] = info.flops / 1e9;
-      break;
-    case Opcode::kFusion: {
-      info.kind = KernelKind::kFused;
-      // The source names of what was fused, in program order, without repeats; a body
-      // without names (optimizer arithmetic, compiler-made values) lists its opcodes instead,
-      // and an unnamed fusion is named after them, as XLA does ("mul_add_fusion").
-      std::vector<std::string> fused, ops;
-      std::set<std::string> seen, seen_ops;
-      for (const auto& inner : instr.called()[0]->instructions()) {
-        if (inner->opcode() == Opcode::kParameter || inner->opcode() == Opcode::kConstant) continue;
-        const std::string op(ir::opcode_name(inner->opcode()));
-        if (seen_ops.insert(op).second) ops.push_back(op);
-        if (!inner->meta().name.empty() && seen.insert(inner->meta().name).second) fused.push_back(inner->meta().name);
-      }
-      if (instr.meta().name.empty()) {
-        std::string joined;
-        for (size_t i = 0; i < ops.size() && i < 3; ++i) joined += (i ? "_" : "") + ops[i];
-        info.name = (joined.empty() ? "%" + instr.id() : joined) + "_fusion";
-      } else {
-        info.name = name + "_fusion";
-      }
-      args["fused"] = fused.empty() ? ops : fused;
-      args["mbytes"] = info.bytes / 1e6;
-      break;
+    if (instr.meta().name.empty()) {
+      std::string joined;
+      for (size_t i = 0; i < ops.size() && i < 3; ++i) joined += (i ? "_" : "") + ops[i];
+      info.name = (joined.empty() ? "%" + instr.id() : joined) + "_fusion";
+    } else {
+      info.name = name + "_fusion";
     }
-    default:
-      if (!info.collective.empty()) {
-        info.kind = KernelKind::kCollective;
-        info.name = fmt::format("{} {}", opcode, name);
-      } else {
-        info.kind = KernelKind::kOther;
-        info.name = fmt::format("{} {}", name, opcode);
-      }
+    args["fused"] = fused.empty() ? ops : fused;
+    args["mbytes"] = info.bytes / 1e6;
+  } else if (!info.collective.empty()) {
+    info.kind = KernelKind::kCollective;
+    info.name = fmt::format("{} {}", opcode, name);
+  } else {
+    info.kind = KernelKind::kOther;
+    info.name = fmt::format("{} {}", name, opcode);
   }
   info.args_json = args.dump();
   return info;

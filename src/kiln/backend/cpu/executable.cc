@@ -24,15 +24,7 @@
 #include "kiln/ir/printer.h"
 #include "kiln/ops/collective_bytes.h"
 #include "kiln/ops/registry.h"
-#include "kiln/passes/all_gather_combiner.h"
-#include "kiln/passes/async_collectives.h"
-#include "kiln/passes/dce.h"
-#include "kiln/passes/fusion.h"
-#include "kiln/passes/multi_output_fusion.h"
-#include "kiln/passes/reduce_scatter_combiner.h"
-#include "kiln/passes/regather.h"
-#include "kiln/passes/registry.h"
-#include "kiln/passes/remat.h"
+#include "kiln/passes/compile_pipeline.h"
 #include "kiln/sched/latency_hiding.h"
 
 namespace kiln::backend {
@@ -42,6 +34,14 @@ namespace {
 using ir::Instr;
 using ir::Opcode;
 using LoopFn = void (*)(const void* const*, void*, int64_t);
+
+// What the CPU backend runs: generated loop kernels with several outputs, and collectives
+// issued and waited for later unless the environment turns that off (memory_plan.h).
+passes::BackendPolicy cpu_policy(const CompileOptions& options) {
+  passes::BackendPolicy policy;
+  policy.async_collectives = cpu::async_collectives_enabled(options);
+  return policy;
+}
 
 struct Step {
   const Instr* instr;
@@ -86,26 +86,14 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   passes::PipelineOptions popts;
   popts.verify_each = options.verify_each;
   if (!options.dump_dir.empty()) popts.dump_ir = options.dump_dir + "/passes";
-  passes::Pipeline pipeline = passes::default_pipeline(popts);
-  // After CSE (which would merge the recomputed values back) and before fusion (which fuses
-  // the recomputed elementwise chains into the backward kernels).
-  KILN_ASSIGN_OR_RETURN(passes::RematPolicy remat, passes::RematPolicy::from_name(options.remat_policy));
-  const bool regather = remat.enabled;
-  pipeline.add(std::make_unique<passes::RematPass>(std::move(remat)));
-  // After remat, whose recomputed layers read the gathered weights in the backward pass too.
-  if (regather) pipeline.add(std::make_unique<passes::RegatherPass>());
-  // After regather (forward gathers and backward re-gathers combine each among their own),
-  // before fusion (which sees the copies around a combined collective) and async_collectives
-  // (a combined collective becomes one start/done pair).
-  pipeline.add(std::make_unique<passes::AllGatherCombinerPass>());
-  pipeline.add(std::make_unique<passes::ReduceScatterCombinerPass>());
-  // Last: fusion must see the final graph, and the kernels are generated from its output.
-  pipeline.add(std::make_unique<passes::FusionPass>(!options.fuse));
-  if (options.fuse) pipeline.add(std::make_unique<passes::MultiOutputFusionPass>());
-  pipeline.add(std::make_unique<passes::DcePass>());
-  // After everything else: a start/done pair is two instructions no other pass should see.
-  if (cpu::async_collectives_enabled(options)) pipeline.add(std::make_unique<passes::AsyncCollectivesPass>());
-  KILN_RETURN_IF_ERROR(pipeline.run(*module_).status());
+  KILN_ASSIGN_OR_RETURN(passes::Pipeline pipeline,
+                        passes::compile_pipeline(options.choices(), cpu_policy(options), std::move(popts)));
+  KILN_RETURN_IF_ERROR(pipeline
+                           .run(*module_,
+                                [&](std::string_view checkpoint, const ir::Module& m) {
+                                  if (checkpoint == passes::kCleanedCheckpoint) report_.collectives = ops::count_collectives(m);
+                                })
+                           .status());
   report_.instructions_after = module_->entry()->size();  // kernels and plumbing actually run
   for (const auto& instr : module_->entry()->instructions()) {
     if (!sched::is_async_start(*instr)) continue;
@@ -135,14 +123,8 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   auto kernel_build = std::async(std::launch::async, [&] { return cpu::build_kernels(sources, cache_dir, options.dump_dir); });
 
   auto falls_back = [](const Instr* instr) {
-    switch (instr->opcode()) {
-      case Opcode::kParameter:
-      case Opcode::kConstant:
-      case Opcode::kTuple:
-      case Opcode::kGetTupleElement:
-      case Opcode::kFusion: return false;
-      default: return cpu::find_native_kernel(*instr) == nullptr;
-    }
+    if (ops::op_def(instr->opcode()).plumbing || instr->opcode() == Opcode::kFusion) return false;
+    return cpu::find_native_kernel(*instr) == nullptr;
   };
   Status planned = plan_.build(entry, options, falls_back, report_);
   KILN_ASSIGN_OR_RETURN(library_, kernel_build.get());
@@ -294,10 +276,27 @@ Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
 
 }  // namespace
 
+namespace {
+
+class CpuBackend : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  Result<std::unique_ptr<Executable>> compile(const ir::Module& module, const CompileOptions& options) const override {
+    auto exe = std::make_unique<CpuExecutable>();
+    KILN_RETURN_IF_ERROR(exe->build(module, options));
+    return std::unique_ptr<Executable>(std::move(exe));
+  }
+};
+
+}  // namespace
+
+const Backend& cpu_backend() {
+  static const CpuBackend backend;
+  return backend;
+}
+
 Result<std::unique_ptr<Executable>> compile_cpu(const ir::Module& module, const CompileOptions& options) {
-  auto exe = std::make_unique<CpuExecutable>();
-  KILN_RETURN_IF_ERROR(exe->build(module, options));
-  return std::unique_ptr<Executable>(std::move(exe));
+  return cpu_backend().compile(module, options);
 }
 
 }  // namespace kiln::backend
