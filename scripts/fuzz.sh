@@ -34,7 +34,7 @@ mkdir -p "$DICTS"
 cp "$ROOT/tests/fuzz/json.dict" "$DICTS/json.dict"
 { cat "$ROOT/tests/fuzz/json.dict"
   sed -n 's/^\([a-z_][a-z0-9_]*\):.*/"\1"/p' "$ROOT/configs/base.yml"; } >"$DICTS/config.dict"
-{ sed -n 's/^KILN_OPCODE([A-Za-z0-9]*, *"\([a-z0-9_]*\)".*/"\1"/p' "$ROOT/src/kiln/ops/opcodes.def"
+{ sed -n 's/^KILN_OPCODE([A-Za-z0-9]*, *"\([a-z0-9_]*\)".*/"\1"/p' "$ROOT/src/kiln/ir/opcodes.def"
   for w in module ENTRY computation ROOT parameter index f32 bf16 f16 f64 s32 s64 u8 pred '%' '@' '{' '}' '[' ']' '=' dims perm; do
     echo "\"$w\""; done; } >"$DICTS/ir.dict"
 dict_for() {

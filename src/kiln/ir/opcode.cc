@@ -7,7 +7,7 @@ namespace kiln::ir {
 namespace {
 constexpr std::array<std::string_view, kNumOpcodes> kNames = {
 #define KILN_OPCODE(enum_name, text) text,
-#include "kiln/ops/opcodes.def"
+#include "kiln/ir/opcodes.def"
 #undef KILN_OPCODE
 };
 }  // namespace

@@ -1,4 +1,4 @@
-// The Opcode enum, generated from ops/opcodes.def (the single opcode list).
+// The Opcode enum, generated from ir/opcodes.def (the single opcode list).
 #pragma once
 
 #include <cstdint>
@@ -9,13 +9,13 @@ namespace kiln::ir {
 
 enum class Opcode : uint16_t {
 #define KILN_OPCODE(enum_name, text) k##enum_name,
-#include "kiln/ops/opcodes.def"
+#include "kiln/ir/opcodes.def"
 #undef KILN_OPCODE
 };
 
 inline constexpr int kNumOpcodes = 0
 #define KILN_OPCODE(enum_name, text) +1
-#include "kiln/ops/opcodes.def"
+#include "kiln/ir/opcodes.def"
 #undef KILN_OPCODE
     ;
 
