@@ -1,9 +1,37 @@
-# kiln_library(NAME SOURCES ... DEPS ...): one static library per module, named kiln_<NAME>.
-# A module links only the modules DESIGN.md places above it, so a wrong include fails to link.
+# kiln_library(NAME [MODULE DIR] SOURCES ... DEPS ...): one static library per module, named
+# kiln_<NAME>, built from src/kiln/<DIR> (DIR defaults to NAME). A module links only the
+# modules DESIGN.md places above it, and it sees only those: its include path is a folder of
+# links, <build>/include_views/<NAME>/kiln/<module> -> src/kiln/<module>, for its own module
+# and every module it links (directly or through them). An include of any other module fails
+# to compile ("No such file"), not only to link (tests/layering checks that it does).
 function(kiln_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "MODULE" "SOURCES;DEPS" ${ARGN})
+  if(NOT ARG_MODULE)
+    set(ARG_MODULE ${name})
+  endif()
   add_library(kiln_${name} STATIC ${ARG_SOURCES})
-  target_include_directories(kiln_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  # Libraries are defined in dependency order (src/kiln/CMakeLists.txt), so each dependency
+  # already carries the modules it sees.
+  set(modules ${ARG_MODULE})
+  foreach(dep IN LISTS ARG_DEPS)
+    if(NOT dep MATCHES "^kiln_")
+      continue()  # a package (fmt, MPI, ...)
+    endif()
+    if(NOT TARGET ${dep})
+      message(FATAL_ERROR "kiln_${name} links ${dep}, which is defined after it: define modules in dependency order")
+    endif()
+    get_target_property(dep_modules ${dep} KILN_MODULES)
+    list(APPEND modules ${dep_modules})
+  endforeach()
+  list(REMOVE_DUPLICATES modules)
+  set_target_properties(kiln_${name} PROPERTIES KILN_MODULES "${modules}")
+  set(view ${CMAKE_BINARY_DIR}/include_views/${name})
+  file(REMOVE_RECURSE ${view})
+  file(MAKE_DIRECTORY ${view}/kiln)
+  foreach(module IN LISTS modules)
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/kiln/${module} ${view}/kiln/${module} SYMBOLIC)
+  endforeach()
+  target_include_directories(kiln_${name} PUBLIC ${view})
   target_link_libraries(kiln_${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
