@@ -1,6 +1,7 @@
 #include "kiln/passes/async_collectives.h"
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 
 #include "kiln/base/logging.h"
 #include "kiln/ops/builder.h"
+#include "kiln/ops/registry.h"
 
 namespace kiln::passes {
 
@@ -17,13 +19,7 @@ using ir::Instr;
 using ir::Opcode;
 
 struct AsyncPair {
-  Opcode sync, start, done;
-};
-constexpr AsyncPair kPairs[] = {
-    {Opcode::kAllGather, Opcode::kAllGatherStart, Opcode::kAllGatherDone},
-    {Opcode::kReduceScatter, Opcode::kReduceScatterStart, Opcode::kReduceScatterDone},
-    {Opcode::kAllReduce, Opcode::kAllReduceStart, Opcode::kAllReduceDone},
-    {Opcode::kRaggedAllToAll, Opcode::kRaggedAllToAllStart, Opcode::kRaggedAllToAllDone},
+  Opcode start, done;
 };
 
 // KILN_ASYNC_RAGGED=0 keeps ragged_all_to_all blocking (the other collectives still become
@@ -36,29 +32,26 @@ bool ragged_async() {
   return enabled;
 }
 
-const AsyncPair* pair_of_sync(Opcode op) {
-  if (op == Opcode::kRaggedAllToAll && !ragged_async()) return nullptr;
-  for (const AsyncPair& p : kPairs) {
-    if (p.sync == op) return &p;
-  }
-  return nullptr;
+// The registry's async starts (OpDef::async_role, async_of, async_partner) give every pair:
+// a collective that gets a start/done pair in ops/ gets it here too.
+std::optional<AsyncPair> pair_of_sync(Opcode op) {
+  if (op == Opcode::kRaggedAllToAll && !ragged_async()) return std::nullopt;
+  static const std::vector<std::optional<AsyncPair>> pairs = [] {
+    std::vector<std::optional<AsyncPair>> table(ir::kNumOpcodes);
+    for (int i = 0; i < ir::kNumOpcodes; ++i) {
+      const ops::OpDef& def = ops::op_def(static_cast<Opcode>(i));
+      if (def.async_role == ops::AsyncRole::kStart) table[static_cast<int>(def.async_of)] = AsyncPair{def.opcode, def.async_partner};
+    }
+    return table;
+  }();
+  return pairs[static_cast<int>(op)];
 }
 
 }  // namespace
 
-bool is_async_start(const Instr& instr) {
-  for (const AsyncPair& p : kPairs) {
-    if (p.start == instr.opcode()) return true;
-  }
-  return false;
-}
+bool is_async_start(const Instr& instr) { return ops::op_def(instr.opcode()).async_role == ops::AsyncRole::kStart; }
 
-bool is_async_done(const Instr& instr) {
-  for (const AsyncPair& p : kPairs) {
-    if (p.done == instr.opcode()) return true;
-  }
-  return false;
-}
+bool is_async_done(const Instr& instr) { return ops::op_def(instr.opcode()).async_role == ops::AsyncRole::kDone; }
 
 const Instr* async_start_of(const Instr& instr) { return is_async_done(instr) ? instr.operand(0) : nullptr; }
 
@@ -66,12 +59,12 @@ Result<bool> AsyncCollectivesPass::run(ir::Module& module) {
   ir::Computation& comp = *module.entry();
   std::vector<Instr*> sync;
   for (const auto& instr : comp.instructions()) {
-    if (pair_of_sync(instr->opcode()) != nullptr && !instr->shape().is_tuple()) sync.push_back(instr.get());
+    if (pair_of_sync(instr->opcode()).has_value() && !instr->shape().is_tuple()) sync.push_back(instr.get());
   }
   if (sync.empty()) return false;
   ops::Builder b(&comp);
   for (Instr* c : sync) {
-    const AsyncPair& p = *pair_of_sync(c->opcode());
+    const AsyncPair p = *pair_of_sync(c->opcode());
     // The start takes every operand (ragged: x and its sizes); the done keeps x alive.
     Instr* x = c->operand(0);
     Instr* start = b.emit(p.start, c->operands(), c->attrs(), c->shape());
