@@ -1,5 +1,5 @@
 // This CPU's arithmetic peaks, measured by the same code the trainer uses for MFU when
-// hardware_peak_tflops = 0 (backend/cpu/cpu_peak.h): f32 FMA and bf16 dot-product rates per
+// hardware_peak_tflops = 0 (backend/cpu/gemm/cpu_peak.h): f32 FMA and bf16 dot-product rates per
 // second of CPU time, on 1 thread and on every core at once.
 //
 //   build/bench/cpu_peak_bench [seconds_per_kind=0.5]
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "kiln/backend/cpu/cpu_peak.h"
+#include "kiln/backend/cpu/gemm/cpu_peak.h"
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::max(0.02, std::atof(argv[1])) : 0.5;

@@ -1,5 +1,5 @@
 """This CPU's f32 and bf16 peaks (TFLOP/s, all cores, per CPU-second), measured the way
-`kiln train` measures them for MFU (backend/cpu/cpu_peak.h), by build/bench/cpu_peak_bench.
+`kiln train` measures them for MFU (backend/cpu/gemm/cpu_peak.h), by build/bench/cpu_peak_bench.
 The benches divide by these, never by a fixed number: machines of one kind differ by 2x."""
 import os
 import re

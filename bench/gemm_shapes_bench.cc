@@ -7,7 +7,7 @@
 // Input: gemm_shapes.jsonl from a run with report=true or profiler=trace (one line per
 // distinct shape: dtype, batch, m, n, k, trans_a, trans_b, count_per_step and the
 // seconds_per_step the run measured). For each f32 shape this calls dnnl_sgemm exactly as
-// backend/cpu/gemm.cc does (same transposes; batched small products one per OpenMP thread)
+// backend/cpu/gemm/gemm.cc does (same transposes; batched small products one per OpenMP thread)
 // on seeded random operands, and prints per shape and in total the run's time per step next
 // to the benchmark's, and both rates. bf16 shapes are listed but not timed (the bf16 path
 // is a oneDNN matmul primitive; see bench/attention_bench and docs/backend.md).

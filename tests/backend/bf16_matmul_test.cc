@@ -14,7 +14,7 @@
 #include <random>
 
 #include "kiln/backend/backend.h"
-#include "kiln/backend/cpu/bf16_matmul.h"
+#include "kiln/backend/cpu/gemm/bf16_matmul.h"
 #include "kiln/interp/interpreter.h"
 #include "kiln/ir/parser.h"
 #include "tests/testing/random_literals.h"

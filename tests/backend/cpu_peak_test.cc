@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiln/backend/cpu/cpu_peak.h"
+#include "kiln/backend/cpu/gemm/cpu_peak.h"
 
 namespace kiln::backend::cpu {
 namespace {

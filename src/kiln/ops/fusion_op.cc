@@ -149,7 +149,7 @@ ENTRY computation @main {
 }
 )"},
                 // Mapped reads (passes/fusion.h): a transpose and a broadcast that expands a
-                // size-1 dim, loaded at other indices by the loop (backend/cpu/index_map.h).
+                // size-1 dim, loaded at other indices by the loop (backend/cpu/codegen/index_map.h).
                 {R"(module @example
 
 computation @fused.4 {

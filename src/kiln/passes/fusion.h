@@ -16,7 +16,7 @@
 //
 // A loop fusion also takes transposes and broadcasts of any rank whose operand stays outside
 // (a mapped read: the kernel loads the operand at another index, see
-// backend/cpu/index_map.h), decided by the bytes it saves: a broadcast is copied into every
+// backend/cpu/codegen/index_map.h), decided by the bytes it saves: a broadcast is copied into every
 // group that reads it (it reads a smaller array than it writes; one that a non-fused op also
 // reads stays for that op), a transpose joins only when every reader is in the group (then its
 // copy is never written or read again: 2x its bytes saved; otherwise the copy is written

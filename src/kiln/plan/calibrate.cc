@@ -16,8 +16,8 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/check.h"
-#include "kiln/backend/cpu/compile_cache.h"
-#include "kiln/backend/cpu/cpu_peak.h"
+#include "kiln/backend/cpu/codegen/compile_cache.h"
+#include "kiln/backend/cpu/gemm/cpu_peak.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/plan/cost_model.h"
 #include "kiln/runtime/local_world.h"
@@ -295,7 +295,7 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   log(fmt::format("host: {:.1f} us between instructions", t.host_us_per_kernel));
   t.calibrated = fmt::format("{} by kiln plan --calibrate {}", today(), fmt::join(settings, " "));
   t.sources = {fmt::format("measured on this machine by kiln plan --calibrate on {}: peaks by the FMA and bf16 "
-                           "dot-product loops (backend/cpu/cpu_peak.h), bandwidth by a triad, the link by all-gathers "
+                           "dot-product loops (backend/cpu/gemm/cpu_peak.h), bandwidth by a triad, the link by all-gathers "
                            "between virtual devices, kernel classes and host time from the config's own step",
                            today())};
   return t;

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "kiln/backend/cpu/compile_cache.h"
+#include "kiln/backend/cpu/codegen/compile_cache.h"
 #include "kiln/config/config.h"
 
 namespace kiln::plan {

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "kiln/backend/cpu/compile_cache.h"
-#include "kiln/backend/cpu/cpu_peak.h"
+#include "kiln/backend/cpu/codegen/compile_cache.h"
+#include "kiln/backend/cpu/gemm/cpu_peak.h"
 
 namespace kiln::train {
 

@@ -1,7 +1,7 @@
 // The peaks MFU and the attribution table divide by: per device, per dtype.
 //
 // hardware_peak_tflops = 0 (the default) measures this CPU's f32 FMA and bf16 dot-product
-// peaks on the threads one device runs (backend/cpu/cpu_peak.h; under a second, cached per
+// peaks on the threads one device runs (backend/cpu/gemm/cpu_peak.h; under a second, cached per
 // CPU model and thread count). A value > 0 is the peak of the step's compute dtype (dtype);
 // the other dtype's is derived from it with the ratio of the two (2, the Zen 4 spec's) for
 // the attribution's per-GEMM rates.

@@ -2,7 +2,7 @@
 // instruction (generated loop kernels for fusions, oneDNN for f32 matmuls, native data
 // movement and reductions, the reference evaluation for the rest), run in program order.
 // Steps run in the memory-aware schedule; every value lives where buffer assignment put
-// it (cpu/memory_plan.h: one arena per executable, donated state updated in place).
+// it (cpu/memory/memory_plan.h: one arena per executable, donated state updated in place).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,11 +15,11 @@
 #include <unordered_map>
 
 #include "kiln/backend/backend.h"
-#include "kiln/backend/cpu/codegen.h"
-#include "kiln/backend/cpu/collective_progress.h"
-#include "kiln/backend/cpu/compile_cache.h"
-#include "kiln/backend/cpu/kernel.h"
-#include "kiln/backend/cpu/memory_plan.h"
+#include "kiln/backend/cpu/codegen/codegen.h"
+#include "kiln/backend/cpu/collectives/collective_progress.h"
+#include "kiln/backend/cpu/codegen/compile_cache.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
+#include "kiln/backend/cpu/memory/memory_plan.h"
 #include "kiln/base/check.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ops/collective_bytes.h"

@@ -23,8 +23,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kiln/backend/cpu/collective_progress.h"
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/collectives/collective_progress.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/base/check.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/runtime/collectives.h"

@@ -28,9 +28,9 @@
 #include <limits>
 #include <vector>
 
-#include "kiln/backend/cpu/attention_bf16.h"
-#include "kiln/backend/cpu/attention_common.h"
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/attention/attention_bf16.h"
+#include "kiln/backend/cpu/attention/attention_common.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/base/check.h"
 
 namespace kiln::backend::cpu {

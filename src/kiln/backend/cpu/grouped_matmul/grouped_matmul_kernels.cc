@@ -15,9 +15,9 @@
 #include <cstring>
 #include <omp.h>
 
-#include "kiln/backend/cpu/bf16_convert.h"
-#include "kiln/backend/cpu/bf16_matmul.h"
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
+#include "kiln/backend/cpu/gemm/bf16_matmul.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/base/check.h"
 
 namespace kiln::backend::cpu {

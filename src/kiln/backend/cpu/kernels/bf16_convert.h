@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "kiln/backend/buffer.h"
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 
 namespace kiln::backend::cpu {
 

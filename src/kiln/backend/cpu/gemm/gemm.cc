@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <omp.h>
 
-#include "kiln/backend/cpu/bf16_convert.h"
-#include "kiln/backend/cpu/bf16_matmul.h"
-#include "kiln/backend/cpu/kernel.h"
-#include "kiln/backend/cpu/strided_copy.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
+#include "kiln/backend/cpu/gemm/bf16_matmul.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
+#include "kiln/backend/cpu/kernels/strided_copy.h"
 #include "kiln/base/check.h"
 
 namespace kiln::backend::cpu {

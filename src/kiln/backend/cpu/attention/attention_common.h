@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "kiln/backend/buffer.h"
-#include "kiln/backend/cpu/bf16_convert.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
 #include "kiln/ir/instr.h"
 
 namespace kiln::backend::cpu::attention_detail {

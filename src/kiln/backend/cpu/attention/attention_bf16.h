@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "kiln/backend/cpu/attention_common.h"
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/attention/attention_common.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 
 namespace kiln::backend::cpu {
 

@@ -6,7 +6,7 @@
 // operand), while grouped matmuls meet a new tile size almost every step; and brgemm's
 // library scratchpad gave wrong results when two threads ran one primitive at once, which
 // the grouped-matmul tiles do. The run-time-dims primitive is safe to share.
-#include "kiln/backend/cpu/bf16_matmul.h"
+#include "kiln/backend/cpu/gemm/bf16_matmul.h"
 
 #include <atomic>
 #include <cstring>
@@ -15,7 +15,7 @@
 #include <mutex>
 #include <vector>
 
-#include "kiln/backend/cpu/bf16_convert.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
 #include "kiln/base/check.h"
 
 namespace kiln::backend::cpu {

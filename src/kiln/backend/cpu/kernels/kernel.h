@@ -13,7 +13,7 @@ namespace kiln::backend::cpu {
 // inputs: the operands' values; output: the storage buffer assignment planned, one Buffer
 // per array leaf (one for an array, one per element for a tuple). A kernel writes into it;
 // one that replaces a Buffer with storage of its own has the result copied into the plan
-// (cpu/memory_plan.h), which costs a copy. Views replace out[0] with the operand's storage.
+// (cpu/memory/memory_plan.h), which costs a copy. Views replace out[0] with the operand's storage.
 using Kernel = std::function<void(std::span<const Value* const> inputs, Value& output)>;
 
 // Builds the kernel for one instruction of a given opcode.

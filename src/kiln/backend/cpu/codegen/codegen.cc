@@ -1,4 +1,4 @@
-#include "kiln/backend/cpu/codegen.h"
+#include "kiln/backend/cpu/codegen/codegen.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "kiln/backend/cpu/index_map.h"
-#include "kiln/backend/cpu/reduce_plan.h"
+#include "kiln/backend/cpu/codegen/index_map.h"
+#include "kiln/backend/cpu/kernels/reduce_plan.h"
 #include "kiln/base/check.h"
 #include "kiln/base/hash.h"
 #include "kiln/ops/registry.h"

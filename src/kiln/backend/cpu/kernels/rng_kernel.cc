@@ -4,7 +4,7 @@
 // device (a split rng), so start-up costs one pass over each device's own shard.
 #include <algorithm>
 
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/ops/rng.h"
 
 namespace kiln::backend::cpu {

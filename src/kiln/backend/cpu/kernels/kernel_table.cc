@@ -1,6 +1,6 @@
 #include <unordered_map>
 
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/base/check.h"
 #include "kiln/ops/registry.h"
 

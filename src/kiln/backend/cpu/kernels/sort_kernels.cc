@@ -17,8 +17,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kiln/backend/cpu/bf16_convert.h"
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 
 namespace kiln::backend::cpu {
 

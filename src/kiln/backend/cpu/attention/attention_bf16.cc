@@ -18,7 +18,7 @@
 //   key pairs [kBk/2][Dh]: word(x[2cp][e], x[2cp+1][e]) at cp * Dh + e
 // dk and dv accumulate transposed ([Dh][kBk] per key block, per thread) and are transposed
 // back once when the threads' copies are summed. The softmax (max, exp, sums, lse) stays f32.
-#include "kiln/backend/cpu/attention_bf16.h"
+#include "kiln/backend/cpu/attention/attention_bf16.h"
 
 #include <omp.h>
 

@@ -1,4 +1,4 @@
-#include "kiln/backend/cpu/strided_copy.h"
+#include "kiln/backend/cpu/kernels/strided_copy.h"
 
 #include <omp.h>
 

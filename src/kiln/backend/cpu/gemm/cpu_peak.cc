@@ -1,4 +1,4 @@
-#include "kiln/backend/cpu/cpu_peak.h"
+#include "kiln/backend/cpu/gemm/cpu_peak.h"
 
 #include <immintrin.h>
 #include <time.h>

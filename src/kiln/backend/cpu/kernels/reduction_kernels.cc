@@ -9,10 +9,10 @@
 #include <limits>
 #include <vector>
 
-#include "kiln/backend/cpu/bf16_convert.h"
-#include "kiln/backend/cpu/kernel.h"
-#include "kiln/backend/cpu/reduce_plan.h"
-#include "kiln/backend/cpu/strided_copy.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
+#include "kiln/backend/cpu/kernels/reduce_plan.h"
+#include "kiln/backend/cpu/kernels/strided_copy.h"
 
 namespace kiln::backend::cpu {
 

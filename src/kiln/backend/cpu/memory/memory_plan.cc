@@ -1,4 +1,4 @@
-#include "kiln/backend/cpu/memory_plan.h"
+#include "kiln/backend/cpu/memory/memory_plan.h"
 
 #include <omp.h>
 

@@ -1,4 +1,4 @@
-#include "kiln/backend/cpu/bf16_convert.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
 
 #include "kiln/base/check.h"
 

@@ -1,4 +1,4 @@
-#include "kiln/backend/cpu/index_map.h"
+#include "kiln/backend/cpu/codegen/index_map.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -12,7 +12,7 @@
 #include <limits>
 #include <vector>
 
-#include "kiln/backend/cpu/kernel.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
 
 namespace kiln::backend::cpu {
 

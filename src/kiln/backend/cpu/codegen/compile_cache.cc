@@ -1,4 +1,4 @@
-#include "kiln/backend/cpu/compile_cache.h"
+#include "kiln/backend/cpu/codegen/compile_cache.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "kiln/backend/cpu/codegen.h"
+#include "kiln/backend/cpu/codegen/codegen.h"
 #include "kiln/base/hash.h"
 #include "kiln/base/progress.h"
 

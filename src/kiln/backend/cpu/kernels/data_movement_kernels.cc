@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
-#include "kiln/backend/cpu/bf16_convert.h"
-#include "kiln/backend/cpu/kernel.h"
-#include "kiln/backend/cpu/strided_copy.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
+#include "kiln/backend/cpu/kernels/kernel.h"
+#include "kiln/backend/cpu/kernels/strided_copy.h"
 #include "kiln/base/check.h"
 
 namespace kiln::backend::cpu {
