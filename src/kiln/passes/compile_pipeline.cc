@@ -29,15 +29,21 @@ Pipeline default_pipeline(PipelineOptions options) {
   // values that are replicated anyway.
   p.add_fixed_point("simplify", make_passes(std::make_unique<SimplifyPass>(), std::make_unique<CsePass>(),
                                             std::make_unique<DcePass>()));
+  // The cleanups removed about a third of the module: a backend that hands over the module's
+  // owner gets it back compacted here when it is large, and every later pass walks it
+  // faster (the reference step's 15,000 instructions on 4 devices: the later passes 20%
+  // faster, the copy 2% of them). A small module stays in cache anyway and the copy would
+  // cost more than it saves (gpt-oss-small's 6,400: +7% compile time).
+  p.add_checkpoint("compacted", /*compact_from=*/10000);
   // After the cleanups, which leave only the all-reduces that will run: the step's many
   // scalar all-reduces (each gradient's share of the global norm) meet once. Nothing to do
   // on one device.
   p.add(std::make_unique<AllReduceCombinerPass>());
   // The combined all-reduce's reshapes meet the operands' own (reshape of reshape): fold
-  // them. Where the combiner changed nothing this is one confirming iteration (~2 ms on
-  // gpt-oss-small).
-  p.add_fixed_point("simplify_combined", make_passes(std::make_unique<SimplifyPass>(), std::make_unique<CsePass>(),
-                                                     std::make_unique<DcePass>()));
+  // them. Only when the combiner combined something (never on one device).
+  p.add_fixed_point("simplify_combined",
+                    make_passes(std::make_unique<SimplifyPass>(), std::make_unique<CsePass>(), std::make_unique<DcePass>()),
+                    /*only_after_change=*/true);
   p.add_checkpoint(std::string(kCleanedCheckpoint));
   // After simplification (which removes no-op converts first) and before fusion, which would
   // otherwise fuse the widening convert into its readers as a pass of its own.

@@ -53,11 +53,17 @@ class Pipeline {
     return add(std::make_unique<P>(std::forward<Args>(args)...));
   }
   // Appends a group whose passes run in order, again and again, until one whole iteration
-  // changes nothing (or the iteration cap is reached).
-  Pipeline& add_fixed_point(std::string name, std::vector<std::unique_ptr<Pass>> passes);
+  // changes nothing (or the iteration cap is reached). `only_after_change`: the group runs
+  // only when the stage right before it changed the module (a cleanup after a rewrite that
+  // usually has nothing to do).
+  Pipeline& add_fixed_point(std::string name, std::vector<std::unique_ptr<Pass>> passes,
+                            bool only_after_change = false);
   // Appends a named point between stages where run()'s caller may look at the module as it
-  // is there (compile_pipeline's "cleaned": the collectives that will run). Changes nothing.
-  Pipeline& add_checkpoint(std::string name);
+  // is there (compile_pipeline's "cleaned": the collectives that will run). With
+  // `compact_from` >= 0: when run() was given the module's owner, passes changed the module
+  // and it still has at least that many instructions, it is replaced there by its deep copy
+  // (the survivors of many removals in program order in fresh memory).
+  Pipeline& add_checkpoint(std::string name, int64_t compact_from = -1);
 
   using CheckpointFn = std::function<void(std::string_view checkpoint, const ir::Module& module)>;
   // Runs every stage; true when any pass changed the module. `at_checkpoint` (if set) is
@@ -65,6 +71,8 @@ class Pipeline {
   // verification failure after a pass, an unwritable dump directory, or a fixed-point group
   // that did not converge (when that is an error).
   Result<bool> run(ir::Module& module, const CheckpointFn& at_checkpoint = {});
+  // The same, compacting at the checkpoints that ask for it (`module` may be replaced).
+  Result<bool> run(std::unique_ptr<ir::Module>& module, const CheckpointFn& at_checkpoint = {});
 
   // "dce, fix(simplify, cse, dce)": the shape of the pipeline, for logs and --help.
   std::string to_string() const;
@@ -77,7 +85,10 @@ class Pipeline {
     std::string name;  // the group's name (fixed-point groups), the checkpoint's name
     std::vector<std::unique_ptr<Pass>> passes;  // none for a checkpoint
     bool fixed_point = false;
+    bool only_after_change = false;  // fixed-point groups
+    int64_t compact_from = -1;       // checkpoints: compact a module at least this large
   };
+  Result<bool> run_stages(ir::Module* module, std::unique_ptr<ir::Module>* owner, const CheckpointFn& at_checkpoint);
   // Runs one pass with sorting, verification, dumping and logging around it.
   Result<bool> run_pass(Pass& pass, ir::Module& module);
   Status dump(const ir::Module& module, std::string_view label);

@@ -89,7 +89,7 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
   KILN_ASSIGN_OR_RETURN(passes::Pipeline pipeline,
                         passes::compile_pipeline(options.choices(), cpu_policy(options), std::move(popts)));
   KILN_RETURN_IF_ERROR(pipeline
-                           .run(*module_,
+                           .run(module_,
                                 [&](std::string_view checkpoint, const ir::Module& m) {
                                   if (checkpoint == passes::kCleanedCheckpoint) report_.collectives = ops::count_collectives(m);
                                 })

@@ -33,7 +33,7 @@ class InterpreterExecutable : public Executable {
     policy.async_collectives = false;
     KILN_ASSIGN_OR_RETURN(passes::Pipeline pipeline, passes::compile_pipeline(options.choices(), policy, std::move(popts)));
     KILN_RETURN_IF_ERROR(pipeline
-                             .run(*module_,
+                             .run(module_,
                                   [&](std::string_view checkpoint, const ir::Module& m) {
                                     if (checkpoint == passes::kCleanedCheckpoint) report_.collectives = ops::count_collectives(m);
                                   })
