@@ -16,8 +16,8 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cpu/codegen/codegen.h"
-#include "kiln/backend/cpu/collectives/collective_progress.h"
 #include "kiln/backend/cpu/codegen/compile_cache.h"
+#include "kiln/backend/cpu/collectives/collective_progress.h"
 #include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/backend/cpu/memory/memory_plan.h"
 #include "kiln/base/check.h"
@@ -273,10 +273,6 @@ Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
   }
   return std::move(values[root_slot_]);
 }
-
-}  // namespace
-
-namespace {
 
 class CpuBackend : public Backend {
  public:
