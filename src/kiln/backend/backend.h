@@ -111,6 +111,12 @@ class Executable {
   InstructionObserver* observer_ = nullptr;
 };
 
+// What every backend does first: a copy of `source` through the compile pipeline with the
+// backend's `policy` (dumps and verification from `options`), filling `report`'s
+// instructions_before and the collectives at the pipeline's `cleaned` checkpoint.
+Result<std::unique_ptr<ir::Module>> run_compile_pipeline(const ir::Module& source, const CompileOptions& options,
+                                                         const passes::BackendPolicy& policy, CompileReport& report);
+
 // A backend turns a module into an executable: it runs the compile pipeline
 // (passes/compile_pipeline.h) with the policy of what it can run, then lowers what is left.
 // Nothing here assumes a CPU: a CUDA backend implements the same two calls.

@@ -81,19 +81,7 @@ class CpuExecutable : public Executable {
 
 Status CpuExecutable::build(const ir::Module& source, const CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();
-  report_.instructions_before = source.instruction_count();
-  module_ = source.clone();
-  passes::PipelineOptions popts;
-  popts.verify_each = options.verify_each;
-  if (!options.dump_dir.empty()) popts.dump_ir = options.dump_dir + "/passes";
-  KILN_ASSIGN_OR_RETURN(passes::Pipeline pipeline,
-                        passes::compile_pipeline(options.choices(), cpu_policy(options), std::move(popts)));
-  KILN_RETURN_IF_ERROR(pipeline
-                           .run(module_,
-                                [&](std::string_view checkpoint, const ir::Module& m) {
-                                  if (checkpoint == passes::kCleanedCheckpoint) report_.collectives = ops::count_collectives(m);
-                                })
-                           .status());
+  KILN_ASSIGN_OR_RETURN(module_, run_compile_pipeline(source, options, cpu_policy(options), report_));
   report_.instructions_after = module_->entry()->size();  // kernels and plumbing actually run
   for (const auto& instr : module_->entry()->instructions()) {
     if (!sched::is_async_start(*instr)) continue;

@@ -22,22 +22,11 @@ class InterpreterExecutable : public Executable {
  public:
   Status build(const ir::Module& source, const CompileOptions& options) {
     const auto start = std::chrono::steady_clock::now();
-    report_.instructions_before = source.instruction_count();
-    module_ = source.clone();
-    passes::PipelineOptions popts;
-    popts.verify_each = options.verify_each;
-    if (!options.dump_dir.empty()) popts.dump_ir = options.dump_dir + "/passes";
     passes::BackendPolicy policy;
     policy.loop_fusion = false;
     policy.multi_output_fusion = false;
     policy.async_collectives = false;
-    KILN_ASSIGN_OR_RETURN(passes::Pipeline pipeline, passes::compile_pipeline(options.choices(), policy, std::move(popts)));
-    KILN_RETURN_IF_ERROR(pipeline
-                             .run(module_,
-                                  [&](std::string_view checkpoint, const ir::Module& m) {
-                                    if (checkpoint == passes::kCleanedCheckpoint) report_.collectives = ops::count_collectives(m);
-                                  })
-                             .status());
+    KILN_ASSIGN_OR_RETURN(module_, run_compile_pipeline(source, options, policy, report_));
     const ir::Computation& entry = *module_->entry();
     report_.instructions_after = entry.size();
     for (const auto& instr : entry.instructions()) {
