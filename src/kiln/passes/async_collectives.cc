@@ -49,12 +49,6 @@ std::optional<AsyncPair> pair_of_sync(Opcode op) {
 
 }  // namespace
 
-bool is_async_start(const Instr& instr) { return ops::op_def(instr.opcode()).async_role == ops::AsyncRole::kStart; }
-
-bool is_async_done(const Instr& instr) { return ops::op_def(instr.opcode()).async_role == ops::AsyncRole::kDone; }
-
-const Instr* async_start_of(const Instr& instr) { return is_async_done(instr) ? instr.operand(0) : nullptr; }
-
 Result<bool> AsyncCollectivesPass::run(ir::Module& module) {
   ir::Computation& comp = *module.entry();
   std::vector<Instr*> sync;

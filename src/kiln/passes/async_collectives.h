@@ -25,10 +25,4 @@ class AsyncCollectivesPass : public Pass {
   Result<bool> run(ir::Module& module) override;
 };
 
-// The done's start (operand 0) when `instr` is a done; null otherwise.
-const ir::Instr* async_start_of(const ir::Instr& instr);
-// Whether `instr` is the start / the done of an asynchronous collective.
-bool is_async_start(const ir::Instr& instr);
-bool is_async_done(const ir::Instr& instr);
-
 }  // namespace kiln::passes
