@@ -14,7 +14,7 @@
 #include "kiln/config/config.h"
 #include "kiln/interp/interpreter.h"
 #include "kiln/models/model.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 
 // Under AddressSanitizer (make asan) freed blocks wait in a quarantine before reuse, so the
 // resident growth would count memory the step already released. This binary alone turns the

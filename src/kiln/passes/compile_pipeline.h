@@ -2,7 +2,9 @@
 // traced step, on one device) and a backend's lowering, in order, written in one place
 // (compile_pipeline.cc, with the reason each pass sits where it does). A backend does not
 // add passes; it states what it can run (BackendPolicy) and the pipeline leaves out what it
-// cannot. Scheduling and buffer assignment follow on the pipeline's output (sched/, memory/).
+// cannot. The pipeline's last stages, the schedule, latency hiding and buffer assignment,
+// work on its output and live above this module: memory::run_memory_stages
+// (memory/memory_stages.h), which a backend that plans its own memory runs before lowering.
 //
 //   passes::Pipeline p = passes::compile_pipeline(choices, policy, pipeline_options).value();
 //   p.run(module, [&](std::string_view checkpoint, const ir::Module& m) { ... });

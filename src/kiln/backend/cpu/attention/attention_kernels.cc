@@ -493,10 +493,29 @@ bool accepts(const Instr& instr) {
   return true;
 }
 
+// Scratch outside the plan (the outputs go straight into the planned storage). k [B, S, K, Dh]
+// is packed into tiles of 64 keys (KvPack): the forward packs kt and vr; the gradient kt, vt
+// and kr, with per-thread dk and dv copies and row buffers (q [B, T, H, Dh]).
+int64_t packed_kv_bytes(const Instr& instr) {
+  const auto& k = instr.operand(1)->shape().dims();
+  const int64_t B = k[0], S = k[1], K = k[2], Dh = k[3];
+  return 4 * B * K * ((S + 63) / 64) * 64 * Dh;
+}
+
+int64_t attention_scratch_bytes(const Instr& instr) { return 2 * packed_kv_bytes(instr); }
+
+int64_t attention_grad_scratch_bytes(const Instr& instr) {
+  const auto& k = instr.operand(1)->shape().dims();
+  const int64_t B = k[0], S = k[1], K = k[2], Dh = k[3], T = instr.operand(0)->shape().dims()[1];
+  const int64_t threads = omp_get_max_threads();
+  return 3 * packed_kv_bytes(instr) + 2 * threads * 4 * B * S * K * Dh + threads * 4 * (3 * T * Dh + 2 * T);
+}
+
 }  // namespace
 
 std::vector<NativeKernelEntry> attention_kernels() {
-  return {{ir::Opcode::kAttention, accepts, attention_kernel}, {ir::Opcode::kAttentionGrad, accepts, attention_grad_kernel}};
+  return {{ir::Opcode::kAttention, accepts, attention_kernel, attention_scratch_bytes},
+          {ir::Opcode::kAttentionGrad, accepts, attention_grad_kernel, attention_grad_scratch_bytes}};
 }
 
 }  // namespace kiln::backend::cpu

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <omp.h>
 
-#include "kiln/backend/cpu/kernels/bf16_convert.h"
 #include "kiln/backend/cpu/gemm/bf16_matmul.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
 #include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/backend/cpu/kernels/strided_copy.h"
 #include "kiln/base/check.h"
@@ -164,6 +164,8 @@ bool gemm_dtypes(const Instr& instr) {
 
 }  // namespace
 
-std::vector<NativeKernelEntry> gemm_kernels() { return {{ir::Opcode::kDotGeneral, gemm_dtypes, dot_kernel}}; }
+std::vector<NativeKernelEntry> gemm_kernels() {
+  return {{ir::Opcode::kDotGeneral, gemm_dtypes, dot_kernel, widened_f32_bytes}};
+}
 
 }  // namespace kiln::backend::cpu

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <omp.h>
 
-#include "kiln/backend/cpu/kernels/bf16_convert.h"
 #include "kiln/backend/cpu/gemm/bf16_matmul.h"
+#include "kiln/backend/cpu/kernels/bf16_convert.h"
 #include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/base/check.h"
 
@@ -439,10 +439,10 @@ bool accepts(const Instr& instr) {
 }  // namespace
 
 std::vector<NativeKernelEntry> grouped_matmul_kernels() {
-  return {{ir::Opcode::kGroupedMatmul, accepts, gmm_kernel},
-          {ir::Opcode::kGroupedMatmulWeightGrad, accepts, tgmm_kernel},
-          {ir::Opcode::kGroupedMatmul, accepts_batched, batched_gmm_kernel},
-          {ir::Opcode::kGroupedMatmulWeightGrad, accepts_batched, batched_tgmm_kernel}};
+  return {{ir::Opcode::kGroupedMatmul, accepts, gmm_kernel, widened_f32_bytes},
+          {ir::Opcode::kGroupedMatmulWeightGrad, accepts, tgmm_kernel, widened_f32_bytes},
+          {ir::Opcode::kGroupedMatmul, accepts_batched, batched_gmm_kernel, widened_f32_bytes},
+          {ir::Opcode::kGroupedMatmulWeightGrad, accepts_batched, batched_tgmm_kernel, widened_f32_bytes}};
 }
 
 }  // namespace kiln::backend::cpu

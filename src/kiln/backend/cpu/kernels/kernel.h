@@ -2,6 +2,7 @@
 // and library descriptors precomputed) and called every step on the operands' values.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
 
@@ -34,7 +35,17 @@ struct NativeKernelEntry {
   // Whether this kernel handles the instruction (usually a dtype check).
   std::function<bool(const ir::Instr&)> accepts;
   KernelFactory make;
+  // Bytes of scratch the kernel allocates for itself while it runs, outside the planned
+  // arena (packed tiles, per-thread accumulators, widened copies); empty: none. The memory
+  // plan counts the largest as planned temporaries (cpu/memory/memory_plan.h).
+  std::function<int64_t(const ir::Instr&)> scratch_bytes;
 };
+// The table's entry for `instr` (null: none, as find_native_kernel).
+const NativeKernelEntry* find_native_entry(const ir::Instr& instr);
+
+// The scratch of a kernel that computes in f32: each bf16 operand widened, and a bf16 result
+// computed in f32 first (the GEMM and grouped-matmul kernels).
+int64_t widened_f32_bytes(const ir::Instr& instr);
 std::vector<NativeKernelEntry> data_movement_kernels();
 std::vector<NativeKernelEntry> reduction_kernels();
 std::vector<NativeKernelEntry> gemm_kernels();

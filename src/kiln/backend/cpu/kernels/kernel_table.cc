@@ -21,12 +21,26 @@ const std::unordered_multimap<int, NativeKernelEntry>& table() {
 }
 }  // namespace
 
-const KernelFactory* find_native_kernel(const ir::Instr& instr) {
+const NativeKernelEntry* find_native_entry(const ir::Instr& instr) {
   auto [begin, end] = table().equal_range(static_cast<int>(instr.opcode()));
   for (auto it = begin; it != end; ++it) {
-    if (it->second.accepts(instr)) return &it->second.make;
+    if (it->second.accepts(instr)) return &it->second;
   }
   return nullptr;
+}
+
+const KernelFactory* find_native_kernel(const ir::Instr& instr) {
+  const NativeKernelEntry* entry = find_native_entry(instr);
+  return entry == nullptr ? nullptr : &entry->make;
+}
+
+int64_t widened_f32_bytes(const ir::Instr& instr) {
+  auto widened = [](const ir::Shape& s) { return s.dtype() == ir::DType::kBF16 ? 4 * s.num_elements() : 0; };
+  int64_t bytes = widened(instr.shape());
+  for (const ir::Instr* o : instr.operands()) {
+    if (!o->shape().is_tuple()) bytes += widened(o->shape());
+  }
+  return bytes;
 }
 
 Kernel fallback_kernel(const ir::Instr& instr) {

@@ -1,14 +1,12 @@
 #include "kiln/backend/cpu/memory/memory_plan.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/base/check.h"
-#include "kiln/base/logging.h"
-#include "kiln/sched/latency_hiding.h"
+#include "kiln/memory/memory_stages.h"
 
 namespace kiln::backend::cpu {
 
@@ -29,28 +27,20 @@ int64_t overlap_limit_bytes(const CompileOptions& options) {
 
 Status MemoryPlan::build(const ir::Computation& computation, const CompileOptions& options,
                          const std::function<bool(const Instr*)>& fallback, CompileReport& report) {
-  model_ = std::make_unique<sched::BufferModel>(computation);
-  // The schedule knows the donations, so it can keep them in place and not count them.
-  sched::ScheduleOptions sopts;
-  sopts.donated = options.donated;
-  sched::ScheduleChoice choice = sched::choose_schedule(computation, *model_, sopts);
-  // Async collectives' starts early and dones late, within the memory limit (latency_hiding.h).
-  sched::LatencyHidingOptions lopts;
-  lopts.schedule = sopts;
-  lopts.limit_bytes = overlap_limit_bytes(options);
-  sched::LatencyHidingStats hiding = sched::hide_latency(choice.schedule, *model_, lopts);
-  if (hiding.pairs > 0) KILN_VLOG(1) << "memory plan: " << hiding.to_string();
-  report.async_collectives = hiding.pairs;
-  report.overlapped_collectives = hiding.overlapped;
-  report.overlap_limit_bytes = hiding.limit_bytes;
-  KILN_VLOG(1) << "memory plan: " << choice.name << " schedule; peak live bytes: list " << choice.list_peak
-               << ", program order " << choice.program_order_peak << ", post order " << choice.post_order_peak;
-  memory::AssignmentOptions aopts;
-  aopts.donated = options.donated;
+  // The pipeline's memory stages (memory/memory_stages.h): schedule, latency hiding, buffer
+  // assignment. What is the CPU's own is below: the report and the kernels' scratch.
+  memory::MemoryStageOptions mopts;
+  mopts.donated = options.donated;
+  mopts.overlap_limit_bytes = overlap_limit_bytes(options);
+  KILN_ASSIGN_OR_RETURN(memory::MemoryStages stages, memory::run_memory_stages(computation, mopts));
+  model_ = std::move(stages.model);
+  assignment_ = std::move(stages.assignment);
   donated_ = options.donated;
-  KILN_ASSIGN_OR_RETURN(assignment_, memory::assign_buffers(computation, *model_, std::move(choice.schedule), aopts));
+  report.async_collectives = stages.hiding.pairs;
+  report.overlapped_collectives = stages.hiding.overlapped;
+  report.overlap_limit_bytes = stages.hiding.limit_bytes;
+  report.schedule = stages.choice.name;
   const memory::BufferAssignment& a = assignment_;
-  report.schedule = choice.name;
   report.argument_bytes = a.argument_bytes;
   report.constant_bytes = a.constant_bytes;
   report.arena_bytes = a.arena_bytes;
@@ -129,9 +119,9 @@ void MemoryPlan::settle(const Instr* instr, std::span<const Buffer> args, Value&
 }
 
 int64_t kernel_scratch_bytes(const Instr& instr, bool fallback) {
-  int64_t out_bytes = instr.shape().byte_size();
   if (fallback) {
-    // Operands and result as ir::Literal (8 bytes per element), and the result's own Buffer.
+    // The reference evaluation: operands and result as ir::Literal (8 bytes per element),
+    // and the result's own Buffer.
     int64_t elements = 0;
     for (const Instr* o : instr.operands()) elements += o->shape().is_tuple() ? o->shape().byte_size() : o->shape().num_elements();
     if (instr.shape().is_tuple()) {
@@ -139,35 +129,11 @@ int64_t kernel_scratch_bytes(const Instr& instr, bool fallback) {
     } else {
       elements += instr.shape().num_elements();
     }
-    return 8 * elements + out_bytes;
+    return 8 * elements + instr.shape().byte_size();
   }
-  const int64_t threads = omp_get_max_threads();
-  auto widened = [](const ir::Shape& s) { return s.dtype() == ir::DType::kBF16 ? 4 * s.num_elements() : 0; };
-  switch (instr.opcode()) {
-    case ir::Opcode::kAttention:
-    case ir::Opcode::kAttentionGrad: {
-      // k [B, S, K, Dh]: packed into tiles of 64 keys (attention_kernels.cc KvPack).
-      const auto& k = instr.operand(1)->shape().dims();
-      const auto& q = instr.operand(0)->shape().dims();
-      const int64_t B = k[0], S = k[1], K = k[2], Dh = k[3], T = q[1];
-      const int64_t packed = 4 * B * K * ((S + 63) / 64) * 64 * Dh;
-      // (their outputs go straight into the planned storage)
-      if (instr.opcode() == ir::Opcode::kAttention) return 2 * packed;  // kt, vr
-      // kt, vt, kr; per-thread dk and dv copies and row buffers.
-      return 3 * packed + 2 * threads * 4 * B * S * K * Dh + threads * 4 * (3 * T * Dh + 2 * T);
-    }
-    case ir::Opcode::kDotGeneral:
-    case ir::Opcode::kGroupedMatmul:
-    case ir::Opcode::kGroupedMatmulWeightGrad: {
-      // bf16 operands widened to f32, a bf16 result computed in f32 first.
-      int64_t bytes = widened(instr.shape());
-      for (const Instr* o : instr.operands()) {
-        if (!o->shape().is_tuple()) bytes += widened(o->shape());
-      }
-      return bytes;
-    }
-    default: return 0;
-  }
+  // A native kernel says what it allocates (its entry in the kernel table).
+  const NativeKernelEntry* entry = find_native_entry(instr);
+  return entry != nullptr && entry->scratch_bytes ? entry->scratch_bytes(instr) : 0;
 }
 
 }  // namespace kiln::backend::cpu

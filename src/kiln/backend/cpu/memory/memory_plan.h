@@ -1,10 +1,10 @@
-// The executable's memory at run time, from buffer assignment (memory/): the schedule its
-// steps run in, ONE arena per executable (allocated on the first run, reused by every run
-// after) holding every intermediate value at its planned offset, donated state written
-// into the caller's argument storage, and outputs the caller keeps in storage of their own.
-// Kernel scratch (attention packing, per-thread accumulators, bf16 widening, reference
-// fallbacks) is not in the arena; it is estimated per instruction and counted as planned
-// temporaries.
+// The executable's memory at run time, from the pipeline's memory stages (schedule, latency
+// hiding, buffer assignment: memory/memory_stages.h): the schedule its steps run in, ONE
+// arena per executable (allocated on the first run, reused by every run after) holding every
+// intermediate value at its planned offset, donated state written into the caller's argument
+// storage, and outputs the caller keeps in storage of their own. Kernel scratch (attention
+// packing, per-thread accumulators, bf16 widening, reference fallbacks) is not in the arena;
+// it is estimated per instruction and counted as planned temporaries.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,8 @@ namespace kiln::backend::cpu {
 
 class MemoryPlan {
  public:
-  // Schedules `computation` (the fused entry), assigns its buffers and fills the memory
-  // fields of `report`. `fallback(instr)` says which instructions run the reference
+  // Runs the memory stages on `computation` (the fused entry) and fills the memory fields of
+  // `report`, with the CPU kernels' own scratch. `fallback(instr)` says which instructions run the reference
   // evaluation (their scratch is larger).
   Status build(const ir::Computation& computation, const CompileOptions& options,
                const std::function<bool(const ir::Instr*)>& fallback, CompileReport& report);
