@@ -13,7 +13,7 @@
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
 #include "kiln/plan/compiled_step.h"
-#include "kiln/train/flops.h"
+#include "kiln/train/observability/flops.h"
 
 namespace kiln::app {
 
@@ -66,7 +66,7 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   j["library_kernels"] = r.library_kernels;
   j["fallback_kernels"] = r.fallback_kernels;
   j["fallback_by_op"] = r.fallback_by_op;
-  j["mesh"] = spmd::Mesh::from_config(cfg.derived().mesh).to_string();
+  j["mesh"] = cfg.derived().mesh.to_string();
   j["collectives"] = collectives;                 // kind -> count in the per-device program
   j["collective_bytes_per_device"] = collective_bytes;  // kind -> bytes one device moves per step
   j["async_collectives"] = {{"pairs", r.async_collectives},

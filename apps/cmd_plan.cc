@@ -27,7 +27,7 @@
 #include "kiln/plan/target.h"
 #include "kiln/report/report.h"
 #include "kiln/runtime/run_on_devices.h"
-#include "kiln/train/flops.h"
+#include "kiln/train/observability/flops.h"
 
 namespace kiln::app {
 namespace {

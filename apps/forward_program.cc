@@ -100,7 +100,7 @@ Result<std::unique_ptr<ForwardProgram>> ForwardProgram::load(const std::string& 
 Status ForwardProgram::compile_gradients() {
   frontend::Graph g("gradients");
   const auto [params, b] = trace_inputs(g, *model_, batch_, seq_len_);
-  // As train/step_program.cc: the model's training loss, then reverse mode over the same
+  // As train/step/step_program.cc: the model's training loss, then reverse mode over the same
   // computation.
   models::LossOutputs losses = model_->loss(g, params, b);
   std::vector<ir::Instr*> wrt;

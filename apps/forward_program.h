@@ -13,7 +13,7 @@
 //   outputs: the training loss and its terms (f32 []: loss, xent_sum, total_weights,
 //            moe_lb_loss, z_loss; StepMetric's meanings), then d loss / d params[n]
 //
-// built as train/step_program.cc builds it (model loss -> autodiff::gradients), without the
+// built as train/step/step_program.cc builds it (model loss -> autodiff::gradients), without the
 // clipping and the optimizer update that follow there.
 // The model is rebuilt from the resolved config saved in the checkpoint (plus key=value
 // overrides), so a checkpoint carries everything needed to run it.

@@ -1,5 +1,5 @@
 // The GEMMs of a real run, timed with oneDNN alone: checks the "gemm" row of the MFU
-// attribution table (train/attribution.h) against a separate measurement of the same shapes.
+// attribution table (train/observability/attribution.h) against a separate measurement of the same shapes.
 //
 //   build/kiln train model_name=gpt-oss-small steps=6 report=true run_name=attr ...
 //   build/bench/gemm_shapes_bench out/attr/profile/gemm_shapes.jsonl

@@ -4,7 +4,7 @@
 A run's initial parameters come from the init program (every parameter's initialiser:
 truncated normals scaled by fan-in, normals, zeros and ones). Before the state was born
 sharded, every process ran the whole program on the reference interpreter; now each device
-runs its own shard of it, compiled (train/state_init.h). This script runs `kiln train ...
+runs its own shard of it, compiled (train/step/state_init.h). This script runs `kiln train ...
 steps=0` (trace, compile, init, nothing else) three ways and reads the start-up line:
 
   interpreted   executor=interpreter, one device: the whole program on the interpreter

@@ -213,7 +213,7 @@ def rope_tables(spec, positions):
 
 
 # ------------------------------------------------------------------------------------------
-# FLOPs: MaxText's formula as Kiln logs it (src/kiln/train/flops.cc, MaxText 2026-02)
+# FLOPs: MaxText's formula as Kiln logs it (src/kiln/train/observability/flops.cc, MaxText 2026-02)
 
 
 def maxtext_tflops_per_step(spec):

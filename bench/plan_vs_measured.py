@@ -20,7 +20,7 @@ change of its step time says how far the machine itself drifted during the run (
 machine's speed can move by half within minutes, and every prediction by as much).
 
 The attribution's host row is the step's wall time not inside any kernel, data or
-checkpoint span (train/attribution.h), and its remat row is taken out of the kernel rows;
+checkpoint span (train/observability/attribution.h), and its remat row is taken out of the kernel rows;
 the plan counts recomputed kernels in their class, so remat_policy=none here.
 
 Usage: /usr/bin/python3 bench/plan_vs_measured.py [--kiln build/kiln] [--steps 6]

@@ -1,5 +1,6 @@
 # kiln_library(NAME [MODULE DIR] SOURCES ... DEPS ...): one static library per module, named
-# kiln_<NAME>, built from src/kiln/<DIR> (DIR defaults to NAME). A module links only the
+# kiln_<NAME>, built from src/kiln/<DIR> (DIR defaults to NAME; a room of a module is a DIR
+# like train/step). A module links only the
 # modules DESIGN.md places above it, and it sees only those: its include path is a folder of
 # links, <build>/include_views/<NAME>/kiln/<module> -> src/kiln/<module>, for its own module
 # and every module it links (directly or through them). An include of any other module fails
@@ -28,7 +29,22 @@ function(kiln_library name)
   set(view ${CMAKE_BINARY_DIR}/include_views/${name})
   file(REMOVE_RECURSE ${view})
   file(MAKE_DIRECTORY ${view}/kiln)
+  # A room of a module (train/step) is a module of its own: linked alone when its parent is
+  # not in the view, covered by the parent's link when it is.
   foreach(module IN LISTS modules)
+    set(covered FALSE)
+    set(parent ${module})
+    while(parent MATCHES "/")
+      get_filename_component(parent ${parent} DIRECTORY)
+      if(parent IN_LIST modules)
+        set(covered TRUE)
+      endif()
+    endwhile()
+    if(covered)
+      continue()
+    endif()
+    get_filename_component(parent_dir ${view}/kiln/${module} DIRECTORY)
+    file(MAKE_DIRECTORY ${parent_dir})
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/kiln/${module} ${view}/kiln/${module} SYMBOLIC)
   endforeach()
   target_include_directories(kiln_${name} PUBLIC ${view})

@@ -15,7 +15,7 @@
 #include "kiln/ir/parser.h"
 #include "kiln/models/model.h"
 #include "kiln/ops/registry.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 #include "tests/testing/random_literals.h"
 #include "tests/testing/temp_path.h"
 #include "tests/train/sharded_tiny_run.h"

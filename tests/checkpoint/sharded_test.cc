@@ -51,18 +51,18 @@ std::string random_bytes(size_t n, uint32_t seed) {
 // mesh axes), independently of shard_layout.cc's region and copy code.
 std::string slice(const std::string& global, const std::vector<int64_t>& dims, int elem, const ir::Sharding& s,
                   const config::Mesh& m, int64_t device) {
-  std::vector<int64_t> coord(m.axes.size());
-  for (int64_t d = device, i = static_cast<int64_t>(m.axes.size()) - 1; i >= 0; --i) {
-    coord[i] = d % m.shape()[i];
-    d /= m.shape()[i];
+  std::vector<int64_t> coord(m.axes().size());
+  for (int64_t d = device, i = static_cast<int64_t>(m.axes().size()) - 1; i >= 0; --i) {
+    coord[i] = d % m.sizes()[i];
+    d /= m.sizes()[i];
   }
   std::vector<int64_t> lo(dims.size(), 0), size = dims;
   for (size_t d = 0; d < s.dims.size(); ++d) {
     int64_t piece = 0, pieces = 1;
     for (const std::string& axis : s.dims[d]) {
-      size_t a = std::find(m.axes.begin(), m.axes.end(), axis) - m.axes.begin();
-      piece = piece * m.shape()[a] + coord[a];
-      pieces *= m.shape()[a];
+      size_t a = std::find(m.axes().begin(), m.axes().end(), axis) - m.axes().begin();
+      piece = piece * m.sizes()[a] + coord[a];
+      pieces *= m.sizes()[a];
     }
     size[d] = dims[d] / pieces;
     lo[d] = piece * size[d];
@@ -169,7 +169,7 @@ TEST(Sharded, SavedOnFsdp2Expert2RestoresBitExactOnOneDeviceAndOnFsdp4) {
   auto reader = CheckpointReader::open(dir + "/7");
   ASSERT_TRUE(reader.ok()) << reader.status().to_string();
   EXPECT_EQ(reader->step(), 7);
-  EXPECT_EQ(reader->mesh().shape(), (std::vector<int64_t>{1, 2, 2}));
+  EXPECT_EQ(reader->mesh().sizes(), (std::vector<int64_t>{1, 2, 2}));
   EXPECT_EQ(reader->data_iterator()["batches_consumed"], 7);
   ASSERT_EQ(reader->tensors().size(), g.size());
   for (const Global& t : g) {

@@ -105,11 +105,7 @@ TEST(CheckpointWriter, AbandonedWriterLeavesThePreviousCheckpointAndNoTemporary)
 }
 
 config::Mesh mesh_of(std::vector<std::string> axes, std::vector<int64_t> ici) {
-  config::Mesh m;
-  m.axes = std::move(axes);
-  m.ici = std::move(ici);
-  m.dcn.assign(m.axes.size(), 1);
-  return m;
+  return config::Mesh(std::move(axes), std::move(ici));
 }
 
 TEST(ShardRead, PartialReadsOfAGlobalTensorEqualTheWholePieceRead) {

@@ -40,7 +40,7 @@ TEST(Mesh, DcnMultipliesWithIci) {
   EXPECT_EQ(m->size("data"), 2);
   EXPECT_EQ(m->size("fsdp"), 4);
   EXPECT_EQ(m->num_devices(), 8);
-  EXPECT_EQ(m->shape(), (std::vector<int64_t>{2, 1, 4, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(m->sizes(), (std::vector<int64_t>{2, 1, 4, 1, 1, 1, 1, 1, 1}));
 }
 
 TEST(Mesh, ProductMustEqualTheDeviceCount) {

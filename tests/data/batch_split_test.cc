@@ -15,11 +15,7 @@ namespace kiln::data {
 namespace {
 
 config::Mesh mesh(std::vector<std::string> axes, std::vector<int64_t> ici) {
-  config::Mesh m;
-  m.axes = std::move(axes);
-  m.ici = std::move(ici);
-  m.dcn.assign(m.axes.size(), 1);
-  return m;
+  return config::Mesh(std::move(axes), std::move(ici));
 }
 
 // MaxText's default rule for the batch of activations.
@@ -51,8 +47,7 @@ TEST(BatchSplit, SeveralBatchAxesCombineRowMajorInMeshOrder) {
   EXPECT_EQ(s.num_shards, 4);
   EXPECT_EQ(s.shard_of_device, (std::vector<int64_t>{0, 1, 2, 3}));
   // dcn sizes multiply in: data = 2 slices of 1.
-  config::Mesh m = mesh({"data", "tensor"}, {1, 2});
-  m.dcn = {2, 1};
+  const config::Mesh m({"data", "tensor"}, {1, 2}, {2, 1});
   BatchSplit d = make_batch_split(m, kRules);
   EXPECT_EQ(d.shard_of_device, (std::vector<int64_t>{0, 0, 1, 1}));
 }

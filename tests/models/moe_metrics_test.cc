@@ -7,7 +7,7 @@
 #include "kiln/base/check.h"
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
-#include "kiln/train/metrics.h"
+#include "kiln/train/observability/metrics.h"
 #include "kiln/train/trainer.h"
 #include "tests/testing/temp_path.h"
 

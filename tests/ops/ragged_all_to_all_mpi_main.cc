@@ -48,7 +48,7 @@ Literal entry(const Literal& x, int64_t d) {
   return Literal(x.shape().with_dims(dims), std::vector<double>(x.values().begin() + d * n, x.values().begin() + (d + 1) * n));
 }
 
-Status check(runtime::World& world, const spmd::Mesh& mesh, const std::string& axes, int64_t g, int64_t f) {
+Status check(runtime::World& world, const config::Mesh& mesh, const std::string& axes, int64_t g, int64_t f) {
   std::mt19937_64 rng(13 + g);
   std::uniform_real_distribution<double> value(-1, 1);
   std::uniform_int_distribution<int> size(-1, 5);
@@ -90,15 +90,15 @@ int main() {
     return 1;
   }
   struct Case {
-    spmd::Mesh mesh;
+    config::Mesh mesh;
     std::string axes;
     int64_t g, f;
   };
   // Rows of 3 floats, and of 1024 (blocks past MPI's eager limit: both sides must post the
   // data in the same phase, or two members sending each other large blocks deadlock).
-  const Case cases[] = {{spmd::Mesh({"fsdp", "expert"}, {2, 2}), "expert", 2, 3},
-                        {spmd::Mesh({"expert"}, {4}), "expert", 4, 3},
-                        {spmd::Mesh({"fsdp", "expert"}, {2, 2}), "expert", 2, 1024}};
+  const Case cases[] = {{config::Mesh({"fsdp", "expert"}, {2, 2}), "expert", 2, 3},
+                        {config::Mesh({"expert"}, {4}), "expert", 4, 3},
+                        {config::Mesh({"fsdp", "expert"}, {2, 2}), "expert", 2, 1024}};
   int failures = 0;
   for (const Case& c : cases) {
     Status s = check(**world, c.mesh, c.axes, c.g, c.f);

@@ -95,13 +95,13 @@ TEST(RaggedAllToAll, ShapeRuleNamesWhatIsWrong) {
 
 // A mesh of 4 devices and the axes of the exchange: every device holds one entry.
 struct MeshCase {
-  spmd::Mesh mesh;
+  config::Mesh mesh;
   std::string axes;
   int64_t group;
 };
 
 std::vector<MeshCase> meshes() {
-  return {{spmd::Mesh({"expert"}, {4}), "expert", 4}, {spmd::Mesh({"fsdp", "expert"}, {2, 2}), "expert", 2}};
+  return {{config::Mesh({"expert"}, {4}), "expert", 4}, {config::Mesh({"fsdp", "expert"}, {2, 2}), "expert", 2}};
 }
 
 // Random sizes in [-1, rows] (negative, empty, cut at rows) and rows of F floats.
@@ -124,7 +124,7 @@ Literal entry(const Literal& x, int64_t d) {
 
 // Runs `text` on every device of `mesh`, device d with entry d of each argument, on the
 // interpreter or compiled; returns every output of every device.
-std::vector<std::vector<Literal>> run_devices(const spmd::Mesh& mesh, const std::string& text,
+std::vector<std::vector<Literal>> run_devices(const config::Mesh& mesh, const std::string& text,
                                               const std::vector<Literal>& global_args, bool compiled) {
   const int64_t n = mesh.num_devices();
   runtime::LocalWorld world(n);
@@ -233,7 +233,7 @@ TEST(RaggedAllToAll, GradientOfThePerDeviceProgramEqualsTheGlobalOne) {
 TEST(RaggedAllToAll, KernelMovesAnyDtypeAsBytes) {
   // bf16 rows and s32 rows (the count exchange of the MoE dispatch) on 4 devices.
   for (const char* dtype : {"bf16", "s32"}) {
-    const spmd::Mesh mesh({"expert"}, {4});
+    const config::Mesh mesh({"expert"}, {4});
     std::vector<Literal> args = random_args(4, 3, 4, 2, 33);
     Literal x(Shape(dtype == std::string("bf16") ? DType::kBF16 : DType::kS32, {4, 3, 2}), args[0].values());
     if (dtype == std::string("s32")) {

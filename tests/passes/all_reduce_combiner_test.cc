@@ -46,7 +46,7 @@ std::unique_ptr<ir::Module> parse(std::string_view text) {
 }
 
 std::vector<std::vector<ir::Literal>> run_on_two(const ir::Module& module) {
-  spmd::Mesh mesh({"fsdp"}, {2});
+  config::Mesh mesh({"fsdp"}, {2});
   runtime::LocalWorld world(2);
   std::vector<std::vector<ir::Literal>> out(2);
   Status s = runtime::run_on_devices(world, [&](int64_t d) -> Status {

@@ -115,7 +115,7 @@ Outputs run_on_mesh(const ir::Module& module, bool compiled, bool async, backend
   how.seed = 40;
   how.runs = 2;
   how.report = report;
-  return testing::run_on_mesh(spmd::Mesh({"data", "fsdp"}, {2, 2}), module, how);
+  return testing::run_on_mesh(config::Mesh({"data", "fsdp"}, {2, 2}), module, how);
 }
 
 TEST(AsyncCollectives, InterpretedPairsEqualSynchronousCollectivesOnFourDevices) {

@@ -77,7 +77,7 @@ using testing::Outputs;
 
 // Each device with its own inputs; a compiled executable runs twice (the second reuses the
 // arena and the in-flight table).
-Outputs run_on_mesh(const spmd::Mesh& mesh, const ir::Module& module, bool compiled, bool async,
+Outputs run_on_mesh(const config::Mesh& mesh, const ir::Module& module, bool compiled, bool async,
                     backend::CompileReport* report = nullptr) {
   testing::MeshRun how;
   how.compiled = compiled;
@@ -89,12 +89,12 @@ Outputs run_on_mesh(const spmd::Mesh& mesh, const ir::Module& module, bool compi
 }
 
 struct MeshCase {
-  spmd::Mesh mesh;
+  config::Mesh mesh;
   int64_t group;  // members of each exchange (the expert axis)
 };
 
 std::vector<MeshCase> meshes() {
-  return {{spmd::Mesh({"expert"}, {4}), 4}, {spmd::Mesh({"fsdp", "expert"}, {2, 2}), 2}};
+  return {{config::Mesh({"expert"}, {4}), 4}, {config::Mesh({"fsdp", "expert"}, {2, 2}), 2}};
 }
 
 TEST(AsyncRagged, InterpretedPairsEqualTheSynchronousExchange) {

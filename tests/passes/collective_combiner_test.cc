@@ -161,7 +161,7 @@ Outputs run_on_mesh(const ir::Module& module, bool compiled, backend::CompileRep
   how.compiled = compiled;
   how.options.cache_dir = ::testing::TempDir() + "kiln_combiner_cache";
   how.report = report;
-  return testing::run_on_mesh(spmd::Mesh({"data", "fsdp"}, {2, 2}), module, how);
+  return testing::run_on_mesh(config::Mesh({"data", "fsdp"}, {2, 2}), module, how);
 }
 
 void expect_identical(const Outputs& want, const Outputs& got, const std::string& what) {

@@ -12,10 +12,10 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/base/check.h"
+#include "kiln/config/mesh.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/runtime/local_world.h"
 #include "kiln/runtime/run_on_devices.h"
-#include "kiln/spmd/mesh.h"
 #include "tests/passes/pass_testing.h"
 
 namespace kiln::passes::testing {
@@ -31,7 +31,7 @@ struct MeshRun {
   backend::CompileReport* report = nullptr;  // compiled: device 0's report
 };
 
-inline Outputs run_on_mesh(const spmd::Mesh& mesh, const ir::Module& module, const MeshRun& how) {
+inline Outputs run_on_mesh(const config::Mesh& mesh, const ir::Module& module, const MeshRun& how) {
   const int64_t n = mesh.num_devices();
   runtime::LocalWorld world(n);
   std::vector<std::unique_ptr<backend::Executable>> exes(n);

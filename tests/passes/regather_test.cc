@@ -65,7 +65,7 @@ std::unique_ptr<ir::Module> parse(std::string_view text) {
 
 // Runs `module` on 2 virtual devices of an fsdp=2 mesh with the same seeded arguments.
 std::vector<std::vector<ir::Literal>> run_on_two(const ir::Module& module) {
-  spmd::Mesh mesh({"fsdp"}, {2});
+  config::Mesh mesh({"fsdp"}, {2});
   runtime::LocalWorld world(2);
   std::vector<std::vector<ir::Literal>> out(2);
   Status s = runtime::run_on_devices(world, [&](int64_t d) -> Status {

@@ -22,7 +22,7 @@
 #include "kiln/passes/remat.h"
 #include "kiln/sched/logical_buffers.h"
 #include "kiln/sched/memory_scheduler.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 
 namespace kiln::passes {
 namespace {

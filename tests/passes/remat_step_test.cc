@@ -16,7 +16,7 @@
 #include "kiln/interp/interpreter.h"
 #include "kiln/models/model.h"
 #include "kiln/passes/remat.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 
 namespace kiln::passes {
 namespace {

@@ -37,7 +37,7 @@ struct Predicted {
   StepPrediction p;
 };
 
-Predicted predict(const std::string& text, const spmd::Mesh& mesh, const Target& t, PredictOptions o = {}) {
+Predicted predict(const std::string& text, const config::Mesh& mesh, const Target& t, PredictOptions o = {}) {
   auto m = ir::parse_module(text);
   KILN_CHECK(m.ok()) << m.status().to_string();
   std::vector<const ir::Instr*> schedule;
@@ -60,14 +60,14 @@ TEST(CostModel, GemmIsTheSlowerOfItsFlopsAndBytesOverItsEfficiency) {
   Target t = test_target();
   const double flops = 2.0 * 256 * 256 * 256, bytes = 3.0 * 256 * 256 * 4;
   // Memory bound at 1 GB/s: 786 us of bytes against 34 us of FLOPs.
-  Predicted r = predict(kGemm, spmd::Mesh(), t);
+  Predicted r = predict(kGemm, config::Mesh(), t);
   EXPECT_NEAR(r.p.step_s, 1e-6 + bytes / 1e9 / 0.5, 1e-12);
   EXPECT_EQ(r.p.cls(KernelKind::kGemm).count, 1);
   EXPECT_DOUBLE_EQ(r.p.cls(KernelKind::kGemm).flops, flops);
   EXPECT_EQ(r.p.instructions, 1);  // the parameters run nothing
   // Compute bound once memory is fast.
   t.memory_bandwidth_gbs = 1e6;
-  r = predict(kGemm, spmd::Mesh(), t);
+  r = predict(kGemm, config::Mesh(), t);
   EXPECT_NEAR(r.p.step_s, 1e-6 + flops / 1e12 / 0.5, 1e-12);
   EXPECT_DOUBLE_EQ(r.p.compute_s, r.p.step_s);
   EXPECT_EQ(r.p.exposed_s, 0);
@@ -84,13 +84,13 @@ ENTRY computation @main {
 }
 )";
   const double flops = 2.0 * 256 * 256 * 256;
-  EXPECT_NEAR(predict(bf16, spmd::Mesh(), t).p.step_s, 1e-6 + flops / 2e12 / 0.5, 1e-12);  // the f32 rate
+  EXPECT_NEAR(predict(bf16, config::Mesh(), t).p.step_s, 1e-6 + flops / 2e12 / 0.5, 1e-12);  // the f32 rate
   // A bf16 step's kernels run at its own rates where the target has them.
   t.bf16_rates = true;
   for (KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 3.0};
-  EXPECT_NEAR(predict(bf16, spmd::Mesh(), t, {.bf16_step = true}).p.step_s, 3e-6 + flops / 2e12 / 0.25, 1e-12);
-  EXPECT_NEAR(predict(bf16, spmd::Mesh(), t).p.step_s, 1e-6 + flops / 2e12 / 0.5, 1e-12);  // an f32 step's rate
-  EXPECT_NEAR(predict(kGemm, spmd::Mesh(), t, {.bf16_step = true}).p.step_s, 3e-6 + flops / 1e12 / 0.25, 1e-12);
+  EXPECT_NEAR(predict(bf16, config::Mesh(), t, {.bf16_step = true}).p.step_s, 3e-6 + flops / 2e12 / 0.25, 1e-12);
+  EXPECT_NEAR(predict(bf16, config::Mesh(), t).p.step_s, 1e-6 + flops / 2e12 / 0.5, 1e-12);  // an f32 step's rate
+  EXPECT_NEAR(predict(kGemm, config::Mesh(), t, {.bf16_step = true}).p.step_s, 3e-6 + flops / 1e12 / 0.25, 1e-12);
 }
 
 // A weight gathered over fsdp=2 (result 256 KiB), with or without a GEMM between the start
@@ -114,7 +114,7 @@ ENTRY computation @main {
 
 TEST(CostModel, AGatherHidesBehindTheComputeBetweenItsStartAndDone) {
   const Target t = test_target();
-  const spmd::Mesh mesh({"fsdp"}, {2});
+  const config::Mesh mesh({"fsdp"}, {2});
   const double gemm = 1e-6 + 3.0 * 256 * 256 * 4 / 1e9 / 0.5;
   const double gather = 0.5 * 256 * 256 * 4 / 1e9 + 10e-6;  // (g-1)/g of the result, one hop
   Predicted exposed = predict(gathered(false), mesh, t);
@@ -133,20 +133,20 @@ TEST(CostModel, AGatherHidesBehindTheComputeBetweenItsStartAndDone) {
 TEST(CostModel, AGroupAcrossNodesTakesTheInterLink) {
   const Target t = test_target();  // 2 devices per node
   // fsdp=4 spans two nodes: 3 hops of 100 us and 3/4 of 256 KiB at 0.1 GB/s.
-  Predicted r = predict(gathered(false, "fsdp", 4), spmd::Mesh({"fsdp"}, {4}), t);
+  Predicted r = predict(gathered(false, "fsdp", 4), config::Mesh({"fsdp"}, {4}), t);
   EXPECT_EQ(r.p.collectives.at("all_gather").link, "inter");
   EXPECT_NEAR(r.p.collective_s, 0.75 * 256 * 256 * 4 / 0.1e9 + 3 * 100e-6, 1e-12);
   // The same gather over the inner axis of data=2 x fsdp=2 stays on the node.
-  Predicted inner = predict(gathered(false), spmd::Mesh({"data", "fsdp"}, {2, 2}), t);
+  Predicted inner = predict(gathered(false), config::Mesh({"data", "fsdp"}, {2, 2}), t);
   EXPECT_EQ(inner.p.collectives.at("all_gather").link, "intra");
   // ... and over the outer one leaves it.
-  Predicted outer = predict(gathered(false, "data"), spmd::Mesh({"data", "fsdp"}, {2, 2}), t);
+  Predicted outer = predict(gathered(false, "data"), config::Mesh({"data", "fsdp"}, {2, 2}), t);
   EXPECT_EQ(outer.p.collectives.at("all_gather").link, "inter");
 }
 
 TEST(CostModel, AllReduceMovesTwiceWhatAReduceScatterDoes) {
   const Target t = test_target();
-  const spmd::Mesh mesh({"fsdp"}, {2});
+  const config::Mesh mesh({"fsdp"}, {2});
   const std::string rs = R"(module @r
 ENTRY computation @main {
   %x = f32[256,256] parameter(), index=0
@@ -166,8 +166,8 @@ ENTRY computation @main {
 TEST(CostModel, HostTimeIsPaidBeforeEveryInstructionTheDeviceRuns) {
   Target t = test_target();
   t.host_us_per_kernel = 5;
-  Predicted base = predict(gathered(true), spmd::Mesh({"fsdp"}, {2}), test_target());
-  Predicted r = predict(gathered(true), spmd::Mesh({"fsdp"}, {2}), t);
+  Predicted base = predict(gathered(true), config::Mesh({"fsdp"}, {2}), test_target());
+  Predicted r = predict(gathered(true), config::Mesh({"fsdp"}, {2}), t);
   EXPECT_EQ(r.p.instructions, 4);  // two gemms, the start and the done
   EXPECT_NEAR(r.p.host_s, 20e-6, 1e-15);
   EXPECT_NEAR(r.p.step_s, base.p.step_s + 20e-6, 1e-12);
@@ -186,7 +186,7 @@ ENTRY computation @main {
 
 TEST(CostModel, RoutingLoadScalesTheRaggedExchange) {
   const Target t = test_target();
-  const spmd::Mesh mesh({"expert"}, {2});
+  const config::Mesh mesh({"expert"}, {2});
   Predicted balanced = predict(kRouted, mesh, t);
   Predicted worst = predict(kRouted, mesh, t, {.routing_load = 1.0});
   Predicted observed = predict(kRouted, mesh, t, {.routing_load = 0.75});
@@ -197,7 +197,7 @@ TEST(CostModel, RoutingLoadScalesTheRaggedExchange) {
   EXPECT_LT(balanced.p.step_s, observed.p.step_s);
   EXPECT_LT(observed.p.step_s, worst.p.step_s);
   // Without an expert axis routing changes nothing.
-  Predicted none = predict(kRouted, spmd::Mesh({"fsdp"}, {2}), t, {.routing_load = 1.0});
+  Predicted none = predict(kRouted, config::Mesh({"fsdp"}, {2}), t, {.routing_load = 1.0});
   EXPECT_EQ(none.p.routing_load, 0);
 }
 
@@ -214,7 +214,7 @@ ENTRY computation @main {
 TEST(CostModel, RoutingLoadScalesTheGroupedMatmulsRowsNotItsWeights) {
   Target t = test_target();
   t.memory_bandwidth_gbs = 1e-3;  // memory bound: the time is the bytes
-  const spmd::Mesh mesh({"expert"}, {2});
+  const config::Mesh mesh({"expert"}, {2});
   const double rows = 64.0 * 32 * 4 + 64.0 * 16 * 4, weights = 2.0 * 32 * 16 * 4 + 2 * 4;
   Predicted worst = predict(kExperts, mesh, t, {.routing_load = 1.0});
   Predicted balanced = predict(kExperts, mesh, t);

@@ -5,7 +5,7 @@
 prints {"tags": {tag: [[step, value], ...]}, "kinds": {tag: "simple_value" | "tensor"}}
 for every scalar tag in the event files under LOGDIR, in the order TensorBoard keeps them.
 The reading is tensorboard.backend.event_processing.event_accumulator.EventAccumulator's,
-so it is an independent check of Kiln's event writer (src/kiln/train/tensorboard.cc):
+so it is an independent check of Kiln's event writer (src/kiln/train/observability/tensorboard.cc):
 record framing and CRCs, the Event/Summary protos, and TensorBoard's own rules (events
 orphaned by a restart to an earlier step are purged, as TensorBoard shows them).
 

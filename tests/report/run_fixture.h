@@ -27,7 +27,7 @@ inline std::string fresh_dir(const std::string& name) {
 
 inline double loss_at(int64_t step) { return 8.75 - 0.4 * std::log1p(static_cast<double>(step)); }
 
-// One metrics.jsonl line, as train/metrics.cc writes it.
+// One metrics.jsonl line, as train/observability/metrics.cc writes it.
 inline std::string metrics_line(int64_t step, int layers = 4, int log_period = 4) {
   std::string line = fmt::format(
       "{{\"step\": {}, \"loss\": {}, \"lm_loss\": {}, \"total_weights\": 1024, \"moe_lb_loss\": 0, \"z_loss\": 0, "

@@ -35,7 +35,7 @@ ir::Sharding batch4(const std::vector<std::string>& axes) { return ir::Sharding{
 
 TEST(BatchTupleTest, AttentionRunsOnEachDevicesRowsAndSumsTheSinkGradient) {
   const std::vector<std::string> axes = {"data", "fsdp"};
-  PartitionCase c{kAttentionAndGradient, Mesh({"data", "fsdp"}, {2, 2}),
+  PartitionCase c{kAttentionAndGradient, config::Mesh({"data", "fsdp"}, {2, 2}),
                   {batch4(axes), batch4(axes), batch4(axes), std::nullopt},
                   {batch4(axes), batch4(axes), batch4(axes), std::nullopt, ir::Sharding{{axes, {}, {}}}}};
   std::string text = check_partition_equivalent(c);
@@ -48,7 +48,7 @@ TEST(BatchTupleTest, AttentionRunsOnEachDevicesRowsAndSumsTheSinkGradient) {
 }
 
 TEST(BatchTupleTest, ReplicatedBatchLeavesAttentionWhole) {
-  PartitionCase c{kAttentionAndGradient, Mesh({"data", "fsdp"}, {2, 2}), {}, {}};
+  PartitionCase c{kAttentionAndGradient, config::Mesh({"data", "fsdp"}, {2, 2}), {}, {}};
   std::string text = check_partition_equivalent(c);
   EXPECT_EQ(count_in(text, "all_"), 0) << text;
   EXPECT_NE(text.find("(f32[4,3,2,2], f32[4,2,3]) attention("), std::string::npos) << text;
@@ -57,7 +57,7 @@ TEST(BatchTupleTest, ReplicatedBatchLeavesAttentionWhole) {
 TEST(BatchTupleTest, ReplicatedOperandsAreSlicedToTheSplitQuerysRows) {
   // q arrives split over fsdp, k, v and the sinks replicated: k and v are sliced locally
   // (no traffic) and the op runs on each device's half of the batch.
-  PartitionCase c{kAttentionAndGradient, Mesh({"fsdp"}, {2}),
+  PartitionCase c{kAttentionAndGradient, config::Mesh({"fsdp"}, {2}),
                   {batch4({"fsdp"}), std::nullopt, std::nullopt, std::nullopt}, {}};
   std::string text = check_partition_equivalent(c);
   EXPECT_GE(count_in(text, "shard_slice("), 2) << text;
@@ -91,7 +91,7 @@ ENTRY computation @main {
 TEST(BatchTupleTest, SortAndTopKOrderEachDevicesOwnRows) {
   const std::vector<std::string> axes = {"data", "fsdp"};
   ir::Sharding rows3{{axes, {}, {}}}, rows2{{axes, {}}};
-  PartitionCase c{kRouting, Mesh({"data", "fsdp"}, {2, 2}), {rows3, rows2, rows3}, {rows3, rows3, rows2, rows3, rows3}};
+  PartitionCase c{kRouting, config::Mesh({"data", "fsdp"}, {2, 2}), {rows3, rows2, rows3}, {rows3, rows3, rows2, rows3, rows3}};
   std::string text = check_partition_equivalent(c);
   EXPECT_EQ(count_in(text, "all_"), 0) << text;
   EXPECT_NE(text.find("(f32[1,3,2], s32[1,3,2]) topk("), std::string::npos) << text;
@@ -109,7 +109,7 @@ ENTRY computation @main {
   ROOT %i = s32[8] get_tuple_element(%s), index=1
 }
 )";
-  PartitionCase c{ir, Mesh({"fsdp"}, {2}), {ir::Sharding{{{"fsdp"}}}}, {}};
+  PartitionCase c{ir, config::Mesh({"fsdp"}, {2}), {ir::Sharding{{{"fsdp"}}}}, {}};
   std::string text = check_partition_equivalent(c);
   EXPECT_EQ(count_in(text, "all_gather("), 1) << text;
   EXPECT_NE(text.find("(s32[8], s32[8]) sort("), std::string::npos) << text;

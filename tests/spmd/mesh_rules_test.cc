@@ -1,14 +1,14 @@
 // The mesh's device numbering and groups, and MaxText's logical-axis-rule semantics.
 #include <gtest/gtest.h>
 
+#include "kiln/config/mesh.h"
 #include "kiln/spmd/logical_rules.h"
-#include "kiln/spmd/mesh.h"
 
 namespace kiln::spmd {
 namespace {
 
 TEST(MeshTest, DevicesAreRowMajorOverAxesInMeshOrder) {
-  Mesh mesh({"data", "fsdp", "expert"}, {1, 2, 2});
+  config::Mesh mesh({"data", "fsdp", "expert"}, {1, 2, 2});
   EXPECT_EQ(mesh.num_devices(), 4);
   EXPECT_EQ(mesh.coordinate(3, "fsdp"), 1);
   EXPECT_EQ(mesh.coordinate(3, "expert"), 1);
@@ -18,7 +18,7 @@ TEST(MeshTest, DevicesAreRowMajorOverAxesInMeshOrder) {
 }
 
 TEST(MeshTest, GroupsVaryOnlyAlongTheirAxesAndRankByShardIndex) {
-  Mesh mesh({"data", "fsdp", "expert"}, {1, 2, 2});
+  config::Mesh mesh({"data", "fsdp", "expert"}, {1, 2, 2});
   EXPECT_EQ(mesh.group(3, {"fsdp"}), (std::vector<int64_t>{1, 3}));
   EXPECT_EQ(mesh.group(2, {"expert"}), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(mesh.group(1, {"fsdp", "expert"}), (std::vector<int64_t>{0, 1, 2, 3}));
@@ -41,7 +41,7 @@ LogicalRules maxtext_like_rules() {
 }
 
 TEST(LogicalRulesTest, FirstRuleWhoseAxesAreFreeWins) {
-  Mesh mesh({"data", "fsdp", "tensor", "expert"}, {1, 2, 1, 2});
+  config::Mesh mesh({"data", "fsdp", "tensor", "expert"}, {1, 2, 1, 2});
   LogicalRules rules = maxtext_like_rules();
   // embed alone takes its first rule: fsdp and expert (size-1 axes dropped).
   EXPECT_EQ(rules.resolve({"embed", "mlp"}, {8, 4}, mesh).to_string(), "{[fsdp,expert],[]}");
@@ -52,7 +52,7 @@ TEST(LogicalRulesTest, FirstRuleWhoseAxesAreFreeWins) {
 }
 
 TEST(LogicalRulesTest, AnIndivisibleDimensionStaysReplicatedWithAReason) {
-  Mesh mesh({"fsdp"}, {4});
+  config::Mesh mesh({"fsdp"}, {4});
   std::vector<std::string> notes;
   ir::Sharding s = maxtext_like_rules().resolve({"embed"}, {6}, mesh, &notes);
   EXPECT_EQ(s.to_string(), "{[]}");

@@ -7,14 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "kiln/config/mesh.h"
 #include "kiln/ir/attrs.h"
-#include "kiln/spmd/mesh.h"
 
 namespace kiln::spmd {
 
 struct PartitionCase {
   std::string ir;
-  Mesh mesh;
+  config::Mesh mesh;
   std::vector<std::optional<ir::Sharding>> params;
   std::vector<std::optional<ir::Sharding>> outputs;
 };

@@ -42,7 +42,7 @@ ENTRY computation @main {
 )";
 
 TEST(PartitionerTest, FsdpGathersWeightsAndReduceScattersTheirGradients) {
-  Case c{kLayerAndGradient, Mesh({"data", "fsdp"}, {2, 2}), {sh({{"data", "fsdp"}, {}}), sh({{"fsdp"}, {}})},
+  Case c{kLayerAndGradient, config::Mesh({"data", "fsdp"}, {2, 2}), {sh({{"data", "fsdp"}, {}}), sh({{"fsdp"}, {}})},
          {sh({{"fsdp"}, {}}), std::nullopt}};
   std::string text = check_equivalent(c);
   EXPECT_EQ(count(text, "all_gather("), 1) << text;      // w before its matmul
@@ -65,7 +65,7 @@ ENTRY computation @main {
   ROOT %r = f32[4,8] tanh(%y)
 }
 )";
-  Case c{ir, Mesh({"fsdp", "tensor"}, {2, 2}), {sh({{"fsdp"}, {}}), sh({{}, {"tensor"}}), sh({{"tensor"}, {}})}, {}};
+  Case c{ir, config::Mesh({"fsdp", "tensor"}, {2, 2}), {sh({{"fsdp"}, {}}), sh({{}, {"tensor"}}), sh({{"tensor"}, {}})}, {}};
   std::string text = check_equivalent(c);
   EXPECT_EQ(count(text, "all_gather("), 0) << text;
   EXPECT_EQ(count(text, "all_reduce("), 1) << text;
@@ -91,7 +91,7 @@ ENTRY computation @main {
 )";
 
 TEST(PartitionerTest, AnEmbeddingGradientIsScatteredPerDeviceAndReduceScattered) {
-  Case c{kEmbeddingGradient, Mesh({"fsdp"}, {4}),
+  Case c{kEmbeddingGradient, config::Mesh({"fsdp"}, {4}),
          {sh({{"fsdp"}, {}}), sh({{"fsdp"}, {}, {}}), sh({{}, {"fsdp"}})}, {sh({{}, {"fsdp"}})}};
   std::string text = check_equivalent(c);
   EXPECT_EQ(count(text, "all_gather("), 0) << text;
@@ -107,7 +107,7 @@ TEST(PartitionerTest, AScatterIntoALargerTableGathersTheUpdates) {
       ir.replace(at, from.size(), to);
     }
   }
-  Case c{ir, Mesh({"fsdp"}, {4}), {sh({{"fsdp"}, {}}), sh({{"fsdp"}, {}, {}}), sh({{}, {"fsdp"}})},
+  Case c{ir, config::Mesh({"fsdp"}, {4}), {sh({{"fsdp"}, {}}), sh({{"fsdp"}, {}, {}}), sh({{}, {"fsdp"}})},
          {sh({{}, {"fsdp"}})}};
   std::string text = check_equivalent(c);
   EXPECT_EQ(count(text, "reduce_scatter("), 0) << text;
@@ -124,20 +124,20 @@ ENTRY computation @main {
   ROOT %r = f32[4,6] exp(%v)
 }
 )";
-  Case c{ir, Mesh({"data", "tensor"}, {2, 2}), {sh({{"data"}, {"tensor"}})}, {sh({{"data"}, {}})}};
+  Case c{ir, config::Mesh({"data", "tensor"}, {2, 2}), {sh({{"data"}, {"tensor"}})}, {sh({{"data"}, {}})}};
   std::string text = check_equivalent(c);
   EXPECT_GE(count(text, "all_gather("), 1) << text;
 }
 
 TEST(PartitionerTest, OneDeviceMeshIsACopy) {
-  Case c{kLayerAndGradient, Mesh(), {}, {}};
+  Case c{kLayerAndGradient, config::Mesh(), {}, {}};
   std::string text = check_equivalent(c);
   EXPECT_EQ(count(text, "all_"), 0) << text;
   EXPECT_EQ(count(text, "reduce_scatter"), 0) << text;
 }
 
 TEST(ShardLiteralTest, AssembleInvertsShard) {
-  Mesh mesh({"fsdp", "expert"}, {2, 2});
+  config::Mesh mesh({"fsdp", "expert"}, {2, 2});
   std::mt19937_64 rng(3);
   ir::Literal x = testing::random_literal(ir::Shape(ir::DType::kF32, {4, 6}), rng, -1, 1);
   ir::Sharding s = sh({{"expert"}, {"fsdp"}});

@@ -54,7 +54,7 @@ struct Outcome {
 // Partitions `text` on `mesh` with the given parameter and output layouts, runs it on
 // virtual devices (seeded random floats; s32 parameters are group sizes in [-1, 4]) and
 // requires every output to equal the global program's within `tolerance`.
-Outcome check_program(const std::string& text, const Mesh& mesh, std::vector<std::optional<ir::Sharding>> params,
+Outcome check_program(const std::string& text, const config::Mesh& mesh, std::vector<std::optional<ir::Sharding>> params,
                       std::vector<std::optional<ir::Sharding>> outputs, double tolerance) {
   auto global = ir::parse_module(text);
   KILN_CHECK_OK(global);
@@ -104,7 +104,7 @@ Outcome check_program(const std::string& text, const Mesh& mesh, std::vector<std
   return o;
 }
 
-Outcome check(const Mesh& mesh, int64_t g, const Axes& batch) {
+Outcome check(const config::Mesh& mesh, int64_t g, const Axes& batch) {
   // Rows move unchanged and tanh sees the same floats: equal bits.
   return check_program(program(g), mesh, {ir::Sharding{{batch, {}, {}}}, ir::Sharding{{batch, {}}}}, {}, 0);
 }
@@ -116,7 +116,7 @@ int count(const std::string& text, const std::string& what) {
 }
 
 TEST(RaggedExchange, EntriesSplitOverExpertExchangeWithoutGathering) {
-  Outcome o = check(Mesh({"expert"}, {4}), 4, {"expert"});
+  Outcome o = check(config::Mesh({"expert"}, {4}), 4, {"expert"});
   EXPECT_EQ(count(o.text, "ragged_all_to_all("), 2) << o.text;
   EXPECT_EQ(count(o.text, "mesh_axes=expert"), 2) << o.text;
   EXPECT_EQ(count(o.text, "all_gather("), 0) << o.text;
@@ -127,20 +127,20 @@ TEST(RaggedExchange, EntriesSplitOverExpertExchangeWithoutGathering) {
 
 TEST(RaggedExchange, BatchOverFsdpAndExpertExchangesOverExpertOnly) {
   // Entry p = 2 * fsdp + expert: groups of 2 are the devices that share an fsdp coordinate.
-  Outcome o = check(Mesh({"fsdp", "expert"}, {2, 2}), 2, {"fsdp", "expert"});
+  Outcome o = check(config::Mesh({"fsdp", "expert"}, {2, 2}), 2, {"fsdp", "expert"});
   EXPECT_EQ(count(o.text, "mesh_axes=expert"), 2) << o.text;
   EXPECT_EQ(count(o.text, "all_gather("), 0) << o.text;
 }
 
 TEST(RaggedExchange, GroupsOfTheWholeBatchExchangeOverEveryBatchAxis) {
-  Outcome o = check(Mesh({"fsdp", "expert"}, {2, 2}), 4, {"fsdp", "expert"});
+  Outcome o = check(config::Mesh({"fsdp", "expert"}, {2, 2}), 4, {"fsdp", "expert"});
   EXPECT_EQ(count(o.text, "mesh_axes=\"fsdp,expert\""), 2) << o.text;
   EXPECT_EQ(count(o.text, "all_gather("), 0) << o.text;
 }
 
 TEST(RaggedExchange, LayoutsWithoutOneEntryPerDeviceRunReplicated) {
   // Entries split over fsdp only: two per device, so the groups are not across devices.
-  Outcome o = check(Mesh({"fsdp", "expert"}, {2, 2}), 2, {"fsdp"});
+  Outcome o = check(config::Mesh({"fsdp", "expert"}, {2, 2}), 2, {"fsdp"});
   EXPECT_EQ(count(o.text, "mesh_axes=expert"), 0) << o.text;
   EXPECT_GT(count(o.text, "all_gather("), 0) << o.text;
 }
@@ -167,7 +167,7 @@ ENTRY computation @main {{
 TEST(ExpertBlocks, EachDeviceMultipliesItsEntryByItsOwnExperts) {
   // expert=4: 8 experts, 2 per device; no weight is gathered, the gradient stays local.
   const ir::Sharding w{{{"expert"}, {}, {}}};
-  Outcome o = check_program(experts_program(8), Mesh({"expert"}, {4}),
+  Outcome o = check_program(experts_program(8), config::Mesh({"expert"}, {4}),
                             {ir::Sharding{{{"expert"}, {}, {}}}, ir::Sharding{{{"expert"}, {}}}, w}, {std::nullopt, w},
                             1e-5);
   EXPECT_EQ(count(o.text, "all_gather("), 0) << o.text;
@@ -180,7 +180,7 @@ TEST(ExpertBlocks, FsdpTimesExpertGathersOnlyOverFsdpAndReduceScattersTheGradien
   // embed_moe); entries of both fsdp rows share a block, so their gradients are summed over
   // fsdp, straight onto the fsdp shard.
   const ir::Sharding w{{{"expert"}, {"fsdp"}, {}}};
-  Outcome o = check_program(experts_program(4), Mesh({"fsdp", "expert"}, {2, 2}),
+  Outcome o = check_program(experts_program(4), config::Mesh({"fsdp", "expert"}, {2, 2}),
                             {ir::Sharding{{{"fsdp", "expert"}, {}, {}}}, ir::Sharding{{{"fsdp", "expert"}, {}}}, w},
                             {std::nullopt, w}, 1e-5);
   EXPECT_EQ(count(o.text, "all_gather("), 1) << o.text;  // the weight's fsdp shards, never its experts

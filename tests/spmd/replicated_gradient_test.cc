@@ -26,7 +26,7 @@ ENTRY computation @main {
 
 TEST(ReplicatedGradientTest, ElementwiseOpsOnAWholeGradientRunOnTheUpdatesShard) {
   ir::Sharding rows{{{"fsdp"}, {}}};
-  PartitionCase c{kClippedUpdate, Mesh({"fsdp"}, {2}), {std::nullopt, rows}, {rows}};
+  PartitionCase c{kClippedUpdate, config::Mesh({"fsdp"}, {2}), {std::nullopt, rows}, {rows}};
   std::string text = check_partition_equivalent(c);
   EXPECT_NE(text.find("f32[2,6] mul("), std::string::npos) << text;  // the scaling runs on the shard
   EXPECT_EQ(count_in(text, "f32[4,6] mul("), 0) << text;
@@ -52,7 +52,7 @@ ENTRY computation @main {
 
 TEST(ReplicatedGradientTest, BroadcastsOfReplicatedValuesAreMadeAtTheirUsersSplit) {
   ir::Sharding rows{{{"fsdp"}, {}}};
-  PartitionCase c{kBroadcastBias, Mesh({"fsdp"}, {2}), {rows, std::nullopt}, {rows}};
+  PartitionCase c{kBroadcastBias, config::Mesh({"fsdp"}, {2}), {rows, std::nullopt}, {rows}};
   std::string text = check_partition_equivalent(c);
   EXPECT_EQ(count_in(text, "shard_slice("), 0) << text;
   EXPECT_EQ(count_in(text, "all_"), 0) << text;

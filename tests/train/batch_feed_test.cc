@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kiln/config/config.h"
-#include "kiln/spmd/mesh.h"
+#include "kiln/config/mesh.h"
 #include "kiln/spmd/partitioner.h"
 #include "kiln/train/batch_feed.h"
 #include "kiln/train/synthetic_data.h"
@@ -41,7 +41,7 @@ void check_mesh(const std::vector<std::string>& mesh, int64_t per_device, int64_
   const ir::Literal whole(shape, global.inputs.values());
   auto rules = spmd::LogicalRules::from_config(cfg);
   ASSERT_TRUE(rules.ok());
-  const spmd::Mesh m = spmd::Mesh::from_config(d.mesh);
+  const config::Mesh m = d.mesh;
   std::vector<std::string> logical = {"activation_batch", "activation_length"};
   if (accumulation > 1) logical.insert(logical.begin(), "");
   const ir::Sharding sharding = rules->resolve(logical, shape.dims(), m, nullptr);

@@ -12,8 +12,8 @@
 
 #include "kiln/base/check.h"
 #include "kiln/config/config.h"
-#include "kiln/train/metrics.h"
-#include "kiln/train/observability.h"
+#include "kiln/train/observability/metrics.h"
+#include "kiln/train/observability/observability.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/sharded_tiny_run.h"
 #include "tests/testing/temp_path.h"

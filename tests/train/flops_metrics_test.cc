@@ -6,8 +6,8 @@
 
 #include "kiln/base/check.h"
 #include "kiln/config/config.h"
-#include "kiln/train/flops.h"
-#include "kiln/train/metrics.h"
+#include "kiln/train/observability/flops.h"
+#include "kiln/train/observability/metrics.h"
 
 namespace kiln::train {
 namespace {

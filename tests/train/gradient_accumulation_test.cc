@@ -11,7 +11,7 @@
 #include "kiln/base/check.h"
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 #include "tests/train/sharded_tiny_run.h"
 
 namespace kiln::train {

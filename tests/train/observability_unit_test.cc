@@ -6,8 +6,8 @@
 #include <cstring>
 #include <string>
 
-#include "kiln/train/attribution.h"
-#include "kiln/train/tensorboard.h"
+#include "kiln/train/observability/attribution.h"
+#include "kiln/train/observability/tensorboard.h"
 
 namespace kiln::train {
 namespace {

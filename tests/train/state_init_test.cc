@@ -17,7 +17,7 @@
 #include "kiln/ops/collective_bytes.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/spmd/partitioner.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/sharded_tiny_run.h"
 #include "tests/testing/temp_path.h"
@@ -116,7 +116,7 @@ TEST(StateInit, SplitRngIsLoweredToTheDeviceBlock) {
   ir::Instr* r = b.rng(ir::Shape(ir::DType::kF32, {8, 6}), "normal", 7);
   comp->set_root(b.tuple({r}));
   spmd::PartitionOptions options;
-  options.mesh = spmd::Mesh({"fsdp", "tensor"}, {2, 3});
+  options.mesh = config::Mesh({"fsdp", "tensor"}, {2, 3});
   options.seeds.outputs = {ir::Sharding{{{"fsdp"}, {"tensor"}}}};
   auto partition = spmd::partition(module, options);
   ASSERT_TRUE(partition.ok()) << partition.status().to_string();

@@ -1,4 +1,4 @@
-// bf16 weight copies as step state (bf16_weight_copy, train/weight_copies.h): the step with
+// bf16 weight copies as step state (bf16_weight_copy, train/step/weight_copies.h): the step with
 // the copies computes bit for bit what the step with the casts inside computes (convert is
 // deterministic), on one device and sharded over fsdp; eval is unchanged; a restore remakes the copies (they
 // are not checkpointed) and continues with the uninterrupted run's losses; f32 runs and
@@ -14,7 +14,7 @@
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/config/config.h"
 #include "kiln/models/model.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 #include "kiln/train/trainer.h"
 #include "tests/train/sharded_tiny_run.h"
 #include "tests/testing/temp_path.h"

@@ -52,29 +52,30 @@ std::vector<int64_t> json_ints(const nlohmann::ordered_json& j) {
 }
 
 Result<config::Mesh> mesh_from_json(const nlohmann::ordered_json& j, const std::string& where) {
-  config::Mesh mesh;
   if (!j.is_object()) return data_loss("{}: mesh is not an object", where);
+  std::vector<std::string> axes;
+  std::vector<int64_t> ici, dcn;
   try {
-    mesh.axes = j.value("axes", std::vector<std::string>{});
-    mesh.ici = j.contains("ici") ? json_ints(j["ici"]) : std::vector<int64_t>(mesh.axes.size(), 1);
-    mesh.dcn = j.contains("dcn") ? json_ints(j["dcn"]) : std::vector<int64_t>(mesh.axes.size(), 1);
+    axes = j.value("axes", std::vector<std::string>{});
+    ici = j.contains("ici") ? json_ints(j["ici"]) : std::vector<int64_t>(axes.size(), 1);
+    dcn = j.contains("dcn") ? json_ints(j["dcn"]) : std::vector<int64_t>(axes.size(), 1);
   } catch (const std::exception& e) {
     return data_loss("{}: corrupt mesh: {}", where, e.what());
   }
-  if (mesh.ici.size() != mesh.axes.size() || mesh.dcn.size() != mesh.axes.size()) {
+  if (ici.size() != axes.size() || dcn.size() != axes.size()) {
     return data_loss("{}: corrupt mesh (axes, ici and dcn differ in length)", where);
   }
   // More devices than any machine has is a corrupt file (and the product must not overflow).
   constexpr int64_t kMaxDevices = int64_t{1} << 24;
   int64_t devices = 1;
-  for (size_t i = 0; i < mesh.axes.size(); ++i) {
-    if (mesh.ici[i] < 1 || mesh.dcn[i] < 1) return data_loss("{}: corrupt mesh (axis {} of size < 1)", where, mesh.axes[i]);
-    if (mesh.ici[i] > kMaxDevices || mesh.dcn[i] > kMaxDevices || devices > kMaxDevices / (mesh.ici[i] * mesh.dcn[i])) {
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (ici[i] < 1 || dcn[i] < 1) return data_loss("{}: corrupt mesh (axis {} of size < 1)", where, axes[i]);
+    if (ici[i] > kMaxDevices || dcn[i] > kMaxDevices || devices > kMaxDevices / (ici[i] * dcn[i])) {
       return data_loss("{}: corrupt mesh (more than {} devices)", where, kMaxDevices);
     }
-    devices *= mesh.ici[i] * mesh.dcn[i];
+    devices *= ici[i] * dcn[i];
   }
-  return mesh;
+  return config::Mesh(std::move(axes), std::move(ici), std::move(dcn));
 }
 
 bool is_local(const SaveOptions& o, int64_t device) {

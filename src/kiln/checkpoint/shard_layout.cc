@@ -13,8 +13,8 @@ namespace kiln::checkpoint {
 namespace {
 
 int axis_index(const config::Mesh& mesh, const std::string& axis) {
-  for (size_t i = 0; i < mesh.axes.size(); ++i) {
-    if (mesh.axes[i] == axis) return static_cast<int>(i);
+  for (size_t i = 0; i < mesh.axes().size(); ++i) {
+    if (mesh.axes()[i] == axis) return static_cast<int>(i);
   }
   return -1;
 }
@@ -30,7 +30,7 @@ int64_t Region::num_elements() const {
 config::Mesh single_device_mesh() { return config::Mesh{}; }
 
 std::vector<int64_t> device_coords(const config::Mesh& mesh, int64_t device) {
-  const std::vector<int64_t> shape = mesh.shape();
+  const std::vector<int64_t> shape = mesh.sizes();
   std::vector<int64_t> coords(shape.size());
   for (size_t i = shape.size(); i-- > 0;) {
     coords[i] = device % shape[i];
@@ -52,7 +52,7 @@ Status check_sharding(const std::string& what, const std::vector<int64_t>& dims,
     for (const std::string& axis : sharding.dims[d]) {
       if (axis_index(mesh, axis) < 0) {
         return invalid_argument("tensor {}: sharding {} names mesh axis {}, which the mesh ({}) does not have", what,
-                                sharding.to_string(), axis, fmt::format("{}", fmt::join(mesh.axes, ", ")));
+                                sharding.to_string(), axis, fmt::format("{}", fmt::join(mesh.axes(), ", ")));
       }
       if (!used.insert(axis).second) {
         return invalid_argument("tensor {}: sharding {} uses mesh axis {} twice", what, sharding.to_string(), axis);

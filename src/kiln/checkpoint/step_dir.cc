@@ -42,7 +42,7 @@ nlohmann::ordered_json manifest_tensor_entry(const ir::Shape& shape, const ir::S
 namespace {
 
 nlohmann::ordered_json mesh_to_json(const config::Mesh& mesh) {
-  return {{"axes", mesh.axes}, {"ici", mesh.ici}, {"dcn", mesh.dcn}, {"shape", mesh.shape()},
+  return {{"axes", mesh.axes()}, {"ici", mesh.ici()}, {"dcn", mesh.dcn()}, {"shape", mesh.sizes()},
           {"num_devices", mesh.num_devices()}};
 }
 

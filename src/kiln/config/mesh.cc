@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "kiln/base/check.h"
+
 namespace kiln::config {
 namespace {
 
@@ -60,32 +62,83 @@ Status fill_level(const std::vector<std::string>& axes, std::vector<int64_t>& si
 
 }  // namespace
 
-int64_t Mesh::size(std::string_view axis) const {
-  for (size_t i = 0; i < axes.size(); ++i) {
-    if (axes[i] == axis) return ici[i] * dcn[i];
+Mesh::Mesh(std::vector<std::string> axes, std::vector<int64_t> sizes)
+    : Mesh(std::move(axes), std::move(sizes), {}) {}
+
+Mesh::Mesh(std::vector<std::string> axes, std::vector<int64_t> ici, std::vector<int64_t> dcn)
+    : axes_(std::move(axes)), ici_(std::move(ici)), dcn_(std::move(dcn)), strides_(axes_.size(), 1) {
+  if (dcn_.empty()) dcn_.assign(axes_.size(), 1);
+  KILN_CHECK_EQ(axes_.size(), ici_.size());
+  KILN_CHECK_EQ(axes_.size(), dcn_.size());
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    KILN_CHECK(ici_[i] >= 1 && dcn_[i] >= 1) << axes_[i] << ": ici " << ici_[i] << ", dcn " << dcn_[i];
+    sizes_.push_back(ici_[i] * dcn_[i]);
   }
-  return 1;
+  for (int i = static_cast<int>(axes_.size()) - 1; i >= 0; --i) {
+    strides_[i] = num_devices_;
+    num_devices_ *= sizes_[i];
+  }
 }
 
-std::vector<int64_t> Mesh::shape() const {
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < axes.size(); ++i) out.push_back(ici[i] * dcn[i]);
-  return out;
+int Mesh::axis_index(std::string_view axis) const {
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    if (axes_[i] == axis) return static_cast<int>(i);
+  }
+  return -1;
 }
 
-int64_t Mesh::num_devices() const {
+int64_t Mesh::size(std::string_view axis) const {
+  int i = axis_index(axis);
+  return i < 0 ? 1 : sizes_[i];
+}
+
+int64_t Mesh::size(const std::vector<std::string>& axes) const {
   int64_t n = 1;
-  for (size_t i = 0; i < axes.size(); ++i) n *= ici[i] * dcn[i];
+  for (const std::string& a : axes) n *= size(a);
   return n;
 }
 
-std::string Mesh::to_string() const {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    if (ici[i] * dcn[i] > 1) parts.push_back(fmt::format("{}={}", axes[i], ici[i] * dcn[i]));
-  }
-  return parts.empty() ? std::string("1 device") : fmt::format("{}", fmt::join(parts, " "));
+int64_t Mesh::coordinate(int64_t device, std::string_view axis) const {
+  int i = axis_index(axis);
+  return i < 0 ? 0 : (device / strides_[i]) % sizes_[i];
 }
+
+int64_t Mesh::shard_index(int64_t device, const std::vector<std::string>& axes) const {
+  int64_t index = 0;
+  for (const std::string& a : axes) index = index * size(a) + coordinate(device, a);
+  return index;
+}
+
+std::vector<int64_t> Mesh::group(int64_t device, const std::vector<std::string>& axes) const {
+  // Start from the device with coordinate 0 along every axis of the group, then enumerate
+  // the group's coordinates row-major (outermost axis of `axes` first).
+  int64_t base = device;
+  for (const std::string& a : axes) {
+    int i = axis_index(a);
+    if (i >= 0) base -= coordinate(device, a) * strides_[i];
+  }
+  std::vector<int64_t> members = {base};
+  for (const std::string& a : axes) {
+    int i = axis_index(a);
+    if (i < 0) continue;
+    std::vector<int64_t> next;
+    for (int64_t m : members) {
+      for (int64_t c = 0; c < sizes_[i]; ++c) next.push_back(m + c * strides_[i]);
+    }
+    members = std::move(next);
+  }
+  return members;
+}
+
+std::string Mesh::to_string() const {
+  std::string out;
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    if (sizes_[i] == 1) continue;
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", axes_[i], sizes_[i]);
+  }
+  return out.empty() ? "1 device" : out;
+}
+
 
 const std::vector<std::string>& known_mesh_axes() {
   static const std::vector<std::string> kAxes = {
@@ -101,14 +154,15 @@ std::string parallelism_key(std::string_view axis, std::string_view level) {
 Result<Mesh> fill_mesh(const std::vector<std::string>& axes, const std::vector<int64_t>& ici,
                        const std::vector<int64_t>& dcn, int64_t devices_per_slice,
                        int64_t num_slices, std::string_view device_note) {
-  Mesh mesh{axes, ici, dcn};
+  std::vector<int64_t> ici_sizes = ici;
+  std::vector<int64_t> dcn_sizes = dcn;
   std::string per_slice = num_slices == 1
                               ? plural(devices_per_slice, "device")
                               : fmt::format("{} per slice", plural(devices_per_slice, "device"));
-  KILN_RETURN_IF_ERROR(fill_level(axes, mesh.ici, "ici", devices_per_slice, per_slice, device_note));
-  KILN_RETURN_IF_ERROR(fill_level(axes, mesh.dcn, "dcn", num_slices, plural(num_slices, "slice"),
+  KILN_RETURN_IF_ERROR(fill_level(axes, ici_sizes, "ici", devices_per_slice, per_slice, device_note));
+  KILN_RETURN_IF_ERROR(fill_level(axes, dcn_sizes, "dcn", num_slices, plural(num_slices, "slice"),
                                   fmt::format("num_slices={}", num_slices)));
-  return mesh;
+  return Mesh(axes, std::move(ici_sizes), std::move(dcn_sizes));
 }
 
 }  // namespace kiln::config

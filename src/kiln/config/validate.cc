@@ -267,7 +267,7 @@ Status derive_batch_and_steps(const Config& c, Derived& d) {
 // logical_axis_rules: a list of [logical_name, mesh_axes], where mesh_axes is one axis name
 // or a list of them (MaxText writes both ['layers', 'stage'] and ['kv', []]).
 Status derive_logical_axis_rules(const Config& c, Derived& d) {
-  const auto& known = d.mesh.axes;
+  const auto& known = d.mesh.axes();
   const auto& rules = c.get_list("logical_axis_rules");
   for (size_t i = 0; i < rules.size(); ++i) {
     const Value& rule = rules[i];

@@ -20,13 +20,13 @@ BatchSplit make_batch_split(const config::Mesh& mesh, const std::vector<config::
       break;
     }
   }
-  const std::vector<int64_t> shape = mesh.shape();
-  std::vector<bool> sharded(mesh.axes.size(), false);
+  const std::vector<int64_t> shape = mesh.sizes();
+  std::vector<bool> sharded(mesh.axes().size(), false);
   if (rule != nullptr) {
-    for (size_t a = 0; a < mesh.axes.size(); ++a) {
-      if (std::find(rule->mesh_axes.begin(), rule->mesh_axes.end(), mesh.axes[a]) != rule->mesh_axes.end()) {
+    for (size_t a = 0; a < mesh.axes().size(); ++a) {
+      if (std::find(rule->mesh_axes.begin(), rule->mesh_axes.end(), mesh.axes()[a]) != rule->mesh_axes.end()) {
         sharded[a] = true;
-        split.axes.push_back(mesh.axes[a]);
+        split.axes.push_back(mesh.axes()[a]);
         split.num_shards *= shape[a];
       }
     }
@@ -37,7 +37,7 @@ BatchSplit make_batch_split(const config::Mesh& mesh, const std::vector<config::
     // Mesh coordinates of device d (row-major: the last axis varies fastest), then the
     // row-major index of its coordinates along the sharded axes.
     int64_t rest = d, shard = 0, stride = 1;
-    for (size_t a = mesh.axes.size(); a-- > 0;) {
+    for (size_t a = mesh.axes().size(); a-- > 0;) {
       const int64_t coord = rest % shape[a];
       rest /= shape[a];
       if (sharded[a]) {

@@ -1,6 +1,6 @@
 // Collectives and the local shard of a replicated value, as the SPMD partitioner emits them
 // into a per-device program. A collective's group is named by mesh axes (`mesh_axes`): the
-// devices that differ from this one only along those axes (spmd::Mesh::group), ranked by shard index, so
+// devices that differ from this one only along those axes (config::Mesh::group), ranked by shard index, so
 // rank r holds chunk r of a dimension split over those axes. `group_size` (the product of
 // the axes' sizes) is an attribute so that shapes follow from the IR text alone.
 //
@@ -17,9 +17,9 @@
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
+#include "kiln/ops/collectives.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/ops/op_helpers.h"
-#include "kiln/runtime/collectives.h"
 
 namespace kiln::ops {
 namespace {
@@ -132,7 +132,7 @@ ir::Literal eval_reduce_scatter(const Instr& instr, std::span<const ir::Literal*
   size_t count = packed.size() / group.size();
   std::vector<double> out(count);
   wait_for(current_device().collectives->reduce_scatter(group, packed.data(), out.data(), count,
-                                                           runtime::ReduceDType::kF64),
+                                                           ReduceDType::kF64),
               instr);
   return ir::Literal(instr.shape(), std::move(out));
 }
@@ -143,7 +143,7 @@ ir::Literal eval_all_reduce(const Instr& instr, std::span<const ir::Literal* con
   if (group.size() == 1) return ir::Literal(instr.shape(), x.values());
   std::vector<double> out(x.values().size());
   wait_for(current_device().collectives->all_reduce(group, x.values().data(), out.data(), out.size(),
-                                                       runtime::ReduceDType::kF64),
+                                                       ReduceDType::kF64),
               instr);
   return ir::Literal(instr.shape(), std::move(out));
 }

@@ -5,7 +5,7 @@
 
 #include "kiln/base/check.h"
 #include "kiln/base/strings.h"
-#include "kiln/runtime/collectives.h"
+#include "kiln/ops/collectives.h"
 
 namespace kiln::ops {
 namespace {
@@ -57,7 +57,7 @@ Status check_collective_group(const ir::Instr& instr) {
   return ok_status();
 }
 
-void wait_for(std::unique_ptr<runtime::Pending> pending, const ir::Instr& instr) {
+void wait_for(std::unique_ptr<Pending> pending, const ir::Instr& instr) {
   Status s = pending->wait();
   if (s.ok()) return;
   // A timeout or a dead peer is the run's failure, not a broken invariant: one line naming

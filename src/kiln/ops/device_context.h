@@ -11,20 +11,16 @@
 #include <vector>
 
 #include "kiln/base/status.h"
+#include "kiln/config/mesh.h"
 #include "kiln/ir/instr.h"
-#include "kiln/spmd/mesh.h"
-
-namespace kiln::runtime {
-class Collectives;
-class Pending;
-}
+#include "kiln/ops/collectives.h"
 
 namespace kiln::ops {
 
 struct DeviceContext {
-  spmd::Mesh mesh;
+  config::Mesh mesh;
   int64_t device = 0;
-  runtime::Collectives* collectives = nullptr;  // required when the mesh has > 1 device
+  Collectives* collectives = nullptr;  // required when the mesh has > 1 device
 };
 
 // This thread's device (a one-device default when none is installed).
@@ -46,7 +42,7 @@ Status check_collective_group(const ir::Instr& instr);
 // line on stderr and kCollectiveFailedExitCode (kernels have no error channel; the runtime
 // has already failed the other devices' waits).
 inline constexpr int kCollectiveFailedExitCode = 3;
-void wait_for(std::unique_ptr<runtime::Pending> pending, const ir::Instr& instr);
+void wait_for(std::unique_ptr<Pending> pending, const ir::Instr& instr);
 
 class ScopedDeviceContext {
  public:

@@ -17,7 +17,7 @@
 // and members q*G .. q*G+G-1 form group q (the reference of a whole program). With
 // `mesh_axes` (emitted by the SPMD partitioner) the group members are the devices named by
 // those axes and each device holds its own entries of dimension 0: entry l of every member
-// exchanges with entry l of the others, through runtime::Collectives::ragged_all_to_all.
+// exchanges with entry l of the others, through Collectives::ragged_all_to_all (collectives.h).
 // The return learns the block sizes it sends back from the receivers first (an all-to-all
 // of one count per pair: "counts exchanged first").
 #include <cstring>
@@ -25,10 +25,10 @@
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
+#include "kiln/ops/collectives.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/ops/op_helpers.h"
 #include "kiln/ops/ragged_all_to_all.h"
-#include "kiln/runtime/collectives.h"
 
 namespace kiln::ops {
 namespace {
@@ -113,7 +113,7 @@ ir::Literal eval_ragged(const Instr& instr, std::span<const ir::Literal* const> 
   const int64_t g = static_cast<int64_t>(group.members.size());
   const Geometry geo = geometry(instr, g);
   if (g == 1) return ir::Literal(instr.shape(), exchange_local(geo, x, sizes));
-  runtime::Collectives& c = *current_device().collectives;
+  Collectives& c = *current_device().collectives;
   const size_t row_bytes = geo.row * sizeof(double);
   std::vector<double> out(geo.entries * geo.out_rows() * geo.row, 0.0);
   for (int64_t l = 0; l < geo.entries; ++l) {

@@ -1,6 +1,6 @@
 #include "kiln/plan/compiled_step.h"
 
-#include "kiln/train/sharded_step_runner.h"
+#include "kiln/train/step/sharded_step_runner.h"
 
 namespace kiln::plan {
 
@@ -9,7 +9,7 @@ Result<CompiledStep> compile_step(const config::Config& cfg, const std::string& 
   KILN_ASSIGN_OR_RETURN(c.model, models::make_model(cfg));
   KILN_ASSIGN_OR_RETURN(train::StepProgramOptions step_options, train::StepProgramOptions::from_config(cfg));
   KILN_ASSIGN_OR_RETURN(c.program, train::build_step_program(*c.model, step_options));
-  c.mesh = spmd::Mesh::from_config(cfg.derived().mesh);
+  c.mesh = cfg.derived().mesh;
   // On a mesh, what each device compiles and runs is the partitioned step.
   if (cfg.derived().num_devices > 1) {
     KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, train::partition_step(cfg, c.program, c.model->params()));

@@ -9,9 +9,9 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/config/config.h"
+#include "kiln/config/mesh.h"
 #include "kiln/models/model.h"
-#include "kiln/spmd/mesh.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 
 namespace kiln::plan {
 
@@ -25,7 +25,7 @@ struct CompiledStep {
   std::unique_ptr<models::Model> model;
   train::StepProgram program;  // its module is the per-device program on a mesh
   std::unique_ptr<backend::Executable> executable;
-  spmd::Mesh mesh;
+  config::Mesh mesh;
   StepMemory memory;
 };
 

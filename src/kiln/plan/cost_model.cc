@@ -25,7 +25,7 @@ Traffic ring_traffic(const std::string& kind, int64_t g) {
 }
 
 // The group's members seen from device 0, and whether they span nodes.
-bool crosses_nodes(const ir::Instr& instr, const spmd::Mesh& mesh, int64_t devices_per_node, int64_t* group_size) {
+bool crosses_nodes(const ir::Instr& instr, const config::Mesh& mesh, int64_t devices_per_node, int64_t* group_size) {
   std::vector<int64_t> members;
   if (instr.attrs().has("mesh_axes")) {
     members = mesh.group(0, split(instr.attrs().get_string("mesh_axes"), ','));
@@ -79,7 +79,7 @@ double roofline_seconds(const Target& target, KernelKind kind, double flops, dou
   return std::max(flops / (target.peak_tflops(bf16) * 1e12), memory);
 }
 
-StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const spmd::Mesh& mesh,
+StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const config::Mesh& mesh,
                             const Target& target, const PredictOptions& options) {
   StepPrediction p;
   const int64_t experts = mesh.size("expert");

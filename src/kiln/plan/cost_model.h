@@ -31,10 +31,10 @@
 #include <span>
 #include <string>
 
+#include "kiln/config/mesh.h"
 #include "kiln/ir/instr.h"
 #include "kiln/plan/target.h"
-#include "kiln/spmd/mesh.h"
-#include "kiln/train/trace.h"
+#include "kiln/train/observability/trace.h"
 
 namespace kiln::plan {
 
@@ -75,7 +75,7 @@ struct PredictOptions {
   bool bf16_step = false;
 };
 
-StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const spmd::Mesh& mesh,
+StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const config::Mesh& mesh,
                             const Target& target, const PredictOptions& options = {});
 
 // The kernel runs against the bf16 peak (its first operand is bf16).

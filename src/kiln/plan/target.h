@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kiln/base/status.h"
-#include "kiln/train/trace.h"
+#include "kiln/train/observability/trace.h"
 
 namespace kiln::plan {
 

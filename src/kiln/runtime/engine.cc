@@ -4,8 +4,6 @@
 
 namespace kiln::runtime {
 
-std::string group_to_string(const Group& group) { return fmt::format("[{}]", fmt::join(group, ",")); }
-
 std::string Op::describe() const { return fmt::format("{} over devices {}", kind_, group_to_string(group_)); }
 
 namespace {

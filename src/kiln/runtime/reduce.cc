@@ -7,26 +7,6 @@
 
 namespace kiln::runtime {
 
-size_t reduce_dtype_size(ReduceDType dtype) {
-  switch (dtype) {
-    case ReduceDType::kF32: return 4;
-    case ReduceDType::kF64: return 8;
-    case ReduceDType::kBF16: return 2;
-    case ReduceDType::kS32: return 4;
-  }
-  return 0;
-}
-
-const char* reduce_dtype_name(ReduceDType dtype) {
-  switch (dtype) {
-    case ReduceDType::kF32: return "f32";
-    case ReduceDType::kF64: return "f64";
-    case ReduceDType::kBF16: return "bf16";
-    case ReduceDType::kS32: return "s32";
-  }
-  return "?";
-}
-
 float bf16_to_f32(uint16_t v) {
   uint32_t bits = uint32_t{v} << 16;
   float f;

@@ -44,7 +44,7 @@ Result<LogicalRules> LogicalRules::from_config(const config::Config& config) {
 }
 
 ir::Sharding LogicalRules::resolve(const std::vector<std::string>& logical, const std::vector<int64_t>& dims,
-                                   const Mesh& mesh, std::vector<std::string>* notes) const {
+                                   const config::Mesh& mesh, std::vector<std::string>* notes) const {
   ir::Sharding sharding;
   sharding.dims.resize(dims.size());
   std::set<std::string> used;

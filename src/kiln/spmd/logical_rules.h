@@ -12,8 +12,8 @@
 
 #include "kiln/base/status.h"
 #include "kiln/config/config.h"
+#include "kiln/config/mesh.h"
 #include "kiln/ir/attrs.h"
-#include "kiln/spmd/mesh.h"
 
 namespace kiln::spmd {
 
@@ -34,7 +34,7 @@ class LogicalRules {
   // The sharding of a value whose dimensions carry `logical` names ("" = no name) and
   // sizes `dims`. A dimension that its rule's axes do not divide evenly is left
   // replicated and the reason appended to `notes` (when given).
-  ir::Sharding resolve(const std::vector<std::string>& logical, const std::vector<int64_t>& dims, const Mesh& mesh,
+  ir::Sharding resolve(const std::vector<std::string>& logical, const std::vector<int64_t>& dims, const config::Mesh& mesh,
                        std::vector<std::string>* notes = nullptr) const;
 
  private:

@@ -10,8 +10,8 @@
 #include "kiln/ops/collective_bytes.h"
 #include "kiln/ops/registry.h"
 #include "kiln/ops/rng.h"
-#include "kiln/spmd/ragged_exchange.h"
 #include "kiln/spmd/batch_tuple_ops.h"
+#include "kiln/spmd/ragged_exchange.h"
 
 namespace kiln::spmd {
 namespace {
@@ -377,7 +377,7 @@ class Partitioner {
 
   const ir::Module& global_;
   const PartitionOptions& options_;
-  const Mesh& mesh_;
+  const config::Mesh& mesh_;
   std::unordered_map<const Instr*, Spec> specs_;
   std::unordered_map<const Instr*, Local> values_;
   std::unique_ptr<ops::Builder> b_;
@@ -406,7 +406,7 @@ void for_each_in_block(const std::vector<int64_t>& dims, const std::vector<int64
   }
 }
 
-std::vector<int64_t> block_offset(const ir::Shape& global, const ir::Sharding& sharding, const Mesh& mesh,
+std::vector<int64_t> block_offset(const ir::Shape& global, const ir::Sharding& sharding, const config::Mesh& mesh,
                                   int64_t device, std::vector<int64_t>* local) {
   std::vector<int64_t> offset(global.rank(), 0);
   *local = global.dims();
@@ -426,7 +426,7 @@ Result<PartitionResult> partition(const ir::Module& module, const PartitionOptio
   return p.run();
 }
 
-ir::Literal shard_literal(const ir::Literal& global, const ir::Sharding& sharding, const Mesh& mesh, int64_t device) {
+ir::Literal shard_literal(const ir::Literal& global, const ir::Sharding& sharding, const config::Mesh& mesh, int64_t device) {
   std::vector<int64_t> local;
   std::vector<int64_t> offset = block_offset(global.shape(), sharding, mesh, device, &local);
   ir::Shape shape = global.shape().with_dims(local);
@@ -437,7 +437,7 @@ ir::Literal shard_literal(const ir::Literal& global, const ir::Sharding& shardin
 }
 
 ir::Literal assemble_literal(const std::vector<const ir::Literal*>& shards, const ir::Shape& global,
-                             const ir::Sharding& sharding, const Mesh& mesh) {
+                             const ir::Sharding& sharding, const config::Mesh& mesh) {
   std::vector<double> values(global.num_elements());
   for (size_t device = 0; device < shards.size(); ++device) {
     std::vector<int64_t> local;

@@ -21,15 +21,15 @@
 #include <vector>
 
 #include "kiln/base/status.h"
+#include "kiln/config/mesh.h"
 #include "kiln/ir/instr.h"
 #include "kiln/spmd/logical_rules.h"
-#include "kiln/spmd/mesh.h"
 #include "kiln/spmd/propagation.h"
 
 namespace kiln::spmd {
 
 struct PartitionOptions {
-  Mesh mesh;
+  config::Mesh mesh;
   LogicalRules rules;      // for values that carry logical axis names
   PropagationSeeds seeds;  // parameter and output shardings (missing: decided by propagation)
 };
@@ -47,9 +47,9 @@ struct PartitionResult {
 Result<PartitionResult> partition(const ir::Module& module, const PartitionOptions& options);
 
 // The block of `global` that `device` holds under `sharding` (shard_index order).
-ir::Literal shard_literal(const ir::Literal& global, const ir::Sharding& sharding, const Mesh& mesh, int64_t device);
+ir::Literal shard_literal(const ir::Literal& global, const ir::Sharding& sharding, const config::Mesh& mesh, int64_t device);
 // The inverse: the global value from every device's block (devices in id order).
 ir::Literal assemble_literal(const std::vector<const ir::Literal*>& shards, const ir::Shape& global,
-                             const ir::Sharding& sharding, const Mesh& mesh);
+                             const ir::Sharding& sharding, const config::Mesh& mesh);
 
 }  // namespace kiln::spmd

@@ -4,8 +4,8 @@
 
 #include "kiln/base/check.h"
 #include "kiln/ops/registry.h"
-#include "kiln/spmd/ragged_exchange.h"
 #include "kiln/spmd/batch_tuple_ops.h"
+#include "kiln/spmd/ragged_exchange.h"
 
 namespace kiln::spmd {
 namespace {
@@ -117,7 +117,7 @@ namespace {
 
 class Propagator {
  public:
-  Propagator(const ir::Computation& entry, const Mesh& mesh) : entry_(entry), mesh_(mesh) {}
+  Propagator(const ir::Computation& entry, const config::Mesh& mesh) : entry_(entry), mesh_(mesh) {}
 
   std::unordered_map<const Instr*, Spec> specs;
   std::unordered_map<const Instr*, bool> fixed;  // seeds and constraints never change
@@ -336,12 +336,12 @@ class Propagator {
 
  private:
   const ir::Computation& entry_;
-  const Mesh& mesh_;
+  const config::Mesh& mesh_;
 };
 
 }  // namespace
 
-std::unordered_map<const Instr*, Spec> propagate(const ir::Computation& entry, const Mesh& mesh,
+std::unordered_map<const Instr*, Spec> propagate(const ir::Computation& entry, const config::Mesh& mesh,
                                                  const LogicalRules& rules, const PropagationSeeds& seeds,
                                                  std::vector<std::string>* notes) {
   Propagator p(entry, mesh);

@@ -46,7 +46,7 @@ std::vector<std::vector<int>> passthrough_map(const ir::Instr& instr);
 // when the rule does not apply.
 std::vector<std::pair<int, Axes>> scatter_add_partial_dims(const ir::Instr& instr, const Spec& updates);
 
-std::unordered_map<const ir::Instr*, Spec> propagate(const ir::Computation& entry, const Mesh& mesh,
+std::unordered_map<const ir::Instr*, Spec> propagate(const ir::Computation& entry, const config::Mesh& mesh,
                                                      const LogicalRules& rules, const PropagationSeeds& seeds,
                                                      std::vector<std::string>* notes);
 

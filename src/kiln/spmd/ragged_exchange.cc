@@ -5,7 +5,7 @@ namespace kiln::spmd {
 namespace {
 
 // The trailing axes of `split` whose sizes multiply to g.
-std::optional<Axes> trailing_axes(const Axes& split, int64_t g, const Mesh& mesh) {
+std::optional<Axes> trailing_axes(const Axes& split, int64_t g, const config::Mesh& mesh) {
   int64_t product = 1;
   size_t first = split.size();
   while (product < g && first > 0) product *= mesh.size(split[--first]);
@@ -15,7 +15,7 @@ std::optional<Axes> trailing_axes(const Axes& split, int64_t g, const Mesh& mesh
 
 }  // namespace
 
-std::optional<Axes> ragged_exchange_axes(const ir::Instr& instr, const Axes& split, const Mesh& mesh) {
+std::optional<Axes> ragged_exchange_axes(const ir::Instr& instr, const Axes& split, const config::Mesh& mesh) {
   if (instr.opcode() != ir::Opcode::kRaggedAllToAll || instr.attrs().has("mesh_axes") || split.empty()) {
     return std::nullopt;
   }
@@ -23,7 +23,7 @@ std::optional<Axes> ragged_exchange_axes(const ir::Instr& instr, const Axes& spl
   return trailing_axes(split, instr.attrs().get_int("group_size"), mesh);
 }
 
-std::optional<Axes> expert_block_axes(const ir::Instr& instr, const Axes& split, const Mesh& mesh) {
+std::optional<Axes> expert_block_axes(const ir::Instr& instr, const Axes& split, const config::Mesh& mesh) {
   const bool gmm = instr.opcode() == ir::Opcode::kGroupedMatmul;
   if ((!gmm && instr.opcode() != ir::Opcode::kGroupedMatmulWeightGrad) || split.empty()) return std::nullopt;
   const ir::Shape& x = instr.operand(0)->shape();

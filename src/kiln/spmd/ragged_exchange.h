@@ -13,8 +13,8 @@
 
 #include <optional>
 
+#include "kiln/config/mesh.h"
 #include "kiln/ir/instr.h"
-#include "kiln/spmd/mesh.h"
 #include "kiln/spmd/sharding_spec.h"
 
 namespace kiln::spmd {
@@ -22,7 +22,7 @@ namespace kiln::spmd {
 // The exchange axes for `instr` (a global ragged_all_to_all) when its entries are split
 // over `split`; nullopt when that layout does not give one entry per device or the
 // trailing axes do not multiply to group_size.
-std::optional<Axes> ragged_exchange_axes(const ir::Instr& instr, const Axes& split, const Mesh& mesh);
+std::optional<Axes> ragged_exchange_axes(const ir::Instr& instr, const Axes& split, const config::Mesh& mesh);
 
 // The layout of the result (and of both operands): dimension 0 split over `split`.
 Spec ragged_exchange_spec(const ir::Instr& instr, const Axes& split);
@@ -35,6 +35,6 @@ Spec ragged_exchange_spec(const ir::Instr& instr, const Axes& split);
 // same op with B = 1. Returns those axes, or nullopt (then the op runs replicated). The
 // weight gradient's per-device result is that block, a partial sum over the other axes of
 // `split` (the entries of other devices that share the block).
-std::optional<Axes> expert_block_axes(const ir::Instr& instr, const Axes& split, const Mesh& mesh);
+std::optional<Axes> expert_block_axes(const ir::Instr& instr, const Axes& split, const config::Mesh& mesh);
 
 }  // namespace kiln::spmd

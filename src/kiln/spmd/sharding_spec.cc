@@ -21,13 +21,13 @@ std::set<std::string> Spec::used_axes() const {
   return used;
 }
 
-int64_t Spec::num_shards(const Mesh& mesh) const {
+int64_t Spec::num_shards(const config::Mesh& mesh) const {
   int64_t n = 1;
   for (const Axes& a : dims) n *= mesh.size(a);
   return n;
 }
 
-ir::Shape Spec::local_shape(const ir::Shape& global, const Mesh& mesh) const {
+ir::Shape Spec::local_shape(const ir::Shape& global, const config::Mesh& mesh) const {
   KILN_CHECK_EQ(global.rank(), rank()) << global.to_string() << " vs " << to_string();
   std::vector<int64_t> dims_out = global.dims();
   for (int d = 0; d < rank(); ++d) {

@@ -2,16 +2,16 @@
 // axes it is split over (outermost first; empty: replicated along it), and the axes over
 // which the per-device values are partial sums still to be added up (a contraction or a
 // reduction over a split dimension leaves those). A device holds the block of the global
-// value given by its shard index along each split dimension (spmd::Mesh::shard_index).
+// value given by its shard index along each split dimension (config::Mesh::shard_index).
 #pragma once
 
 #include <set>
 #include <string>
 #include <vector>
 
+#include "kiln/config/mesh.h"
 #include "kiln/ir/attrs.h"
 #include "kiln/ir/shape.h"
-#include "kiln/spmd/mesh.h"
 
 namespace kiln::spmd {
 
@@ -29,9 +29,9 @@ struct Spec {
   bool is_replicated() const;  // no split dimension and nothing partial
   std::set<std::string> used_axes() const;  // split axes and partial axes
   // Devices a value is split over (product of the split axes' sizes).
-  int64_t num_shards(const Mesh& mesh) const;
+  int64_t num_shards(const config::Mesh& mesh) const;
   // The per-device block's shape of a value with global shape `global`.
-  ir::Shape local_shape(const ir::Shape& global, const Mesh& mesh) const;
+  ir::Shape local_shape(const ir::Shape& global, const config::Mesh& mesh) const;
   bool operator==(const Spec& o) const { return dims == o.dims && partial == o.partial; }
   std::string to_string() const;  // {[fsdp],[]} partial=[data]
 };

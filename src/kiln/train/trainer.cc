@@ -11,13 +11,13 @@
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
-#include "kiln/train/data_source.h"
-#include "kiln/train/memory_budget.h"
-#include "kiln/train/state_init.h"
-#include "kiln/train/weight_copies.h"
+#include "kiln/config/mesh.h"
 #include "kiln/report/report.h"
 #include "kiln/runtime/run_on_devices.h"
-#include "kiln/spmd/mesh.h"
+#include "kiln/train/data_source.h"
+#include "kiln/train/memory_budget.h"
+#include "kiln/train/step/state_init.h"
+#include "kiln/train/step/weight_copies.h"
 
 namespace kiln::train {
 
@@ -196,7 +196,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->save_on_completion_ = config.get_bool("save_checkpoint_on_completion");
   t->max_checkpoints_ = config.get_int("max_num_checkpoints_to_keep");
   t->config_yaml_ = config.to_yaml();
-  t->mesh_json_ = {{"axes", d.mesh.axes}, {"ici", d.mesh.ici}, {"dcn", d.mesh.dcn}, {"num_devices", d.num_devices}};
+  t->mesh_json_ = {{"axes", d.mesh.axes()}, {"ici", d.mesh.ici()}, {"dcn", d.mesh.dcn()}, {"num_devices", d.num_devices}};
   t->data_json_ = {{"type", t->tokens_ ? "tokens" : "synthetic"},
                    {"data_shuffle_seed", config.get_int("data_shuffle_seed")},
                    {"reuse_example_batch", config.get_int("reuse_example_batch")}};
@@ -279,7 +279,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
 
 Status Trainer::check_memory(const config::Config& config) {
   const StepRunner::Layout layout = runner_->layout();
-  const spmd::Mesh mesh = layout.mesh.axes.empty() ? spmd::Mesh() : spmd::Mesh::from_config(layout.mesh);
+  const config::Mesh& mesh = layout.mesh;
   const ir::Computation& entry = *program_.module->entry();
   const bool interpreted = compile_report_.planned_peak_bytes == 0;
   int64_t local_state = 0, global_state = 0;

@@ -6,7 +6,7 @@
 //   KILN_RETURN_IF_ERROR(trainer->run());   // all `steps`; NaN/Inf loss -> failed_precondition
 //
 // State: parameters, Adam moments, the step counter and, with dtype=bfloat16, the bf16
-// weight copies (derived: train/weight_copies.h), held by the StepRunner of the
+// weight copies (derived: train/step/weight_copies.h), held by the StepRunner of the
 // configured executor (executor=compiled: the CPU backend's executable, compiled once;
 // executor=interpreter: the reference interpreter) and replaced by the step's outputs.
 // Same config and seeds give bitwise-identical losses: the data, the initialisation and
@@ -27,15 +27,15 @@
 #include "kiln/data/prefetch.h"
 #include "kiln/ir/literal.h"
 #include "kiln/models/model.h"
-#include "kiln/train/eval_program.h"
-#include "kiln/train/flops.h"
-#include "kiln/train/metrics.h"
-#include "kiln/train/peaks.h"
-#include "kiln/train/run_events.h"
-#include "kiln/train/observability.h"
-#include "kiln/train/step_program.h"
 #include "kiln/train/batch_feed.h"
-#include "kiln/train/step_runner.h"
+#include "kiln/train/observability/flops.h"
+#include "kiln/train/observability/metrics.h"
+#include "kiln/train/observability/observability.h"
+#include "kiln/train/observability/peaks.h"
+#include "kiln/train/observability/run_events.h"
+#include "kiln/train/step/eval_program.h"
+#include "kiln/train/step/step_program.h"
+#include "kiln/train/step/step_runner.h"
 #include "kiln/train/synthetic_data.h"
 
 namespace kiln::runtime {

@@ -1,10 +1,10 @@
 // The trainer on a mesh of several devices: the step partitioned by the SPMD partitioner
-// and run by every virtual device of the runtime world (train/sharded_step_runner.h), in
+// and run by every virtual device of the runtime world (train/step/sharded_step_runner.h), in
 // one process or, under MPI, on every rank (TrainerOptions::world).
 #include <fmt/format.h>
 
 #include "kiln/runtime/world.h"
-#include "kiln/train/sharded_step_runner.h"
+#include "kiln/train/step/sharded_step_runner.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::train {

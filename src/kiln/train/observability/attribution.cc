@@ -1,10 +1,10 @@
-#include "kiln/train/attribution.h"
+#include "kiln/train/observability/attribution.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "kiln/train/flops.h"
+#include "kiln/train/observability/flops.h"
 
 namespace kiln::train {
 

@@ -2,10 +2,10 @@
 // to 100%, with the rate each kind of work achieved and the MFU the run would have without
 // each loss.
 //
-// FLOP convention: MFU is MaxText's (train/flops.h, the 2026-02 formula Kiln logs): model
+// FLOP convention: MFU is MaxText's (train/observability/flops.h, the 2026-02 formula Kiln logs): model
 // TFLOPs per device per step / step time / the peak of the step's compute dtype. Kernel rates
 // use the op registry's cost (ops::cost_of: 2 per multiply-add), counted from the
-// instructions run. Peaks (train/peaks.h): measured on this CPU unless hardware_peak_tflops
+// instructions run. Peaks (train/observability/peaks.h): measured on this CPU unless hardware_peak_tflops
 // sets them; each GEMM against its own dtype's peak, grouped matmuls and attention against the
 // compute dtype's, and kMemoryBandwidthGBs for the elementwise kernels' bandwidth rate.
 //
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/train/peaks.h"
-#include "kiln/train/trace.h"
+#include "kiln/train/observability/peaks.h"
+#include "kiln/train/observability/trace.h"
 
 namespace kiln::train {
 

@@ -1,4 +1,4 @@
-#include "kiln/train/flops.h"
+#include "kiln/train/observability/flops.h"
 
 #include <algorithm>
 

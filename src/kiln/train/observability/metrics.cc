@@ -1,4 +1,4 @@
-#include "kiln/train/metrics.h"
+#include "kiln/train/observability/metrics.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "kiln/train/observability.h"
+#include "kiln/train/observability/observability.h"
 
 #include <filesystem>
 #include <fstream>

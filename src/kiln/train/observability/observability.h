@@ -19,10 +19,10 @@
 #include <string>
 
 #include "kiln/config/config.h"
-#include "kiln/train/attribution.h"
-#include "kiln/train/metrics.h"
-#include "kiln/train/tensorboard.h"
-#include "kiln/train/trace.h"
+#include "kiln/train/observability/attribution.h"
+#include "kiln/train/observability/metrics.h"
+#include "kiln/train/observability/tensorboard.h"
+#include "kiln/train/observability/trace.h"
 
 namespace kiln::train {
 

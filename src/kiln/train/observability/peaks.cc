@@ -1,4 +1,4 @@
-#include "kiln/train/peaks.h"
+#include "kiln/train/observability/peaks.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "kiln/train/run_events.h"
+#include "kiln/train/observability/run_events.h"
 
 #include <cerrno>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "kiln/train/tensorboard.h"
+#include "kiln/train/observability/tensorboard.h"
 
 #include <unistd.h>
 

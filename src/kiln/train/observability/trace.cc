@@ -1,4 +1,4 @@
-#include "kiln/train/trace.h"
+#include "kiln/train/observability/trace.h"
 
 #include <algorithm>
 #include <chrono>

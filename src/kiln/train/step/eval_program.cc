@@ -1,4 +1,4 @@
-#include "kiln/train/eval_program.h"
+#include "kiln/train/step/eval_program.h"
 
 #include "kiln/base/check.h"
 #include "kiln/frontend/graph.h"
@@ -47,13 +47,13 @@ Result<std::unique_ptr<EvalRunner>> EvalRunner::create(EvalProgram program, cons
   r->step_ = &step;
   const StepRunner::Layout layout = runner.layout();
   r->first_device_ = layout.first_device;
-  if (layout.mesh.axes.empty()) {
+  if (layout.mesh.axes().empty()) {
     r->local_ = r->program_.module->clone();
   } else {
     // Partitioned like the step: the parameters in the step's shardings, the batch's rows
     // over the batch axes, the two sums replicated (the partitioner all-reduces them).
     spmd::PartitionOptions o;
-    o.mesh = spmd::Mesh::from_config(layout.mesh);
+    o.mesh = layout.mesh;
     KILN_ASSIGN_OR_RETURN(o.rules, spmd::LogicalRules::from_config(config));
     const ir::Computation& entry = *r->program_.module->entry();
     o.seeds.params.resize(r->program_.num_args());

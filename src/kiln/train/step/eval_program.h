@@ -18,11 +18,11 @@
 #include "kiln/backend/backend.h"
 #include "kiln/base/status.h"
 #include "kiln/config/config.h"
+#include "kiln/config/mesh.h"
 #include "kiln/ir/literal.h"
 #include "kiln/models/model.h"
-#include "kiln/spmd/mesh.h"
-#include "kiln/train/step_program.h"
-#include "kiln/train/step_runner.h"
+#include "kiln/train/step/step_program.h"
+#include "kiln/train/step/step_runner.h"
 
 namespace kiln::train {
 
@@ -61,7 +61,7 @@ class EvalRunner {
   std::unique_ptr<ir::Module> local_;   // as each device runs it (the global one on one device)
   const StepProgram* step_ = nullptr;
   std::vector<ir::Sharding> batch_shardings_;  // of the 4 batch fields (empty on one device)
-  spmd::Mesh mesh_;
+  config::Mesh mesh_;
   int64_t first_device_ = 0;
   std::vector<std::unique_ptr<backend::Executable>> executables_;  // one per local device; empty: interpreter
   std::string fallback_reason_;

@@ -1,4 +1,4 @@
-#include "kiln/train/sharded_step_runner.h"
+#include "kiln/train/step/sharded_step_runner.h"
 
 #include <algorithm>
 
@@ -16,7 +16,7 @@ class ShardedRunner : public StepRunner {
  public:
   ShardedRunner(const StepProgram& global, spmd::PartitionResult partition, const config::Mesh& config_mesh,
                 std::shared_ptr<runtime::World> world)
-      : global_(global), partition_(std::move(partition)), mesh_(spmd::Mesh::from_config(config_mesh)),
+      : global_(global), partition_(std::move(partition)), mesh_(config_mesh),
         config_mesh_(config_mesh), world_(std::move(world)) {
     local_.module = std::move(partition_.module);
     local_.num_params = global.num_params;
@@ -177,7 +177,7 @@ class ShardedRunner : public StepRunner {
 
   const StepProgram& global_;
   spmd::PartitionResult partition_;
-  spmd::Mesh mesh_;
+  config::Mesh mesh_;
   config::Mesh config_mesh_;
   std::shared_ptr<runtime::World> world_;
   runtime::Group all_devices_;  // 0 .. mesh devices - 1
@@ -193,7 +193,7 @@ class ShardedRunner : public StepRunner {
 Result<spmd::PartitionOptions> step_partition_options(const config::Config& config, const StepProgram& program,
                                                       const std::vector<models::ParamSpec>& params) {
   spmd::PartitionOptions o;
-  o.mesh = spmd::Mesh::from_config(config.derived().mesh);
+  o.mesh = config.derived().mesh;
   KILN_ASSIGN_OR_RETURN(o.rules, spmd::LogicalRules::from_config(config));
   const ir::Computation& entry = *program.module->entry();
   o.seeds.params.resize(program.num_args());
@@ -249,7 +249,7 @@ Result<std::unique_ptr<StepRunner>> make_sharded_runner(const config::Config& co
                                                         const ShardedRunnerOptions& options,
                                                         backend::CompileReport* report) {
   const config::Mesh& config_mesh = config.derived().mesh;
-  spmd::Mesh mesh = spmd::Mesh::from_config(config_mesh);
+  config::Mesh mesh = config_mesh;
   if (world->num_devices() != mesh.num_devices()) {
     return invalid_argument("the mesh {} has {} devices but the runtime has {} ({} rank(s) × {} local devices); set "
                             "local_devices so that ranks × local_devices = the mesh's devices",

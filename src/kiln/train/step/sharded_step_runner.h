@@ -25,7 +25,7 @@
 #include "kiln/models/model.h"
 #include "kiln/runtime/world.h"
 #include "kiln/spmd/partitioner.h"
-#include "kiln/train/step_runner.h"
+#include "kiln/train/step/step_runner.h"
 
 namespace kiln::train {
 

@@ -1,4 +1,4 @@
-#include "kiln/train/state_init.h"
+#include "kiln/train/step/state_init.h"
 
 #include <chrono>
 #include <cstring>
@@ -28,9 +28,9 @@ double seconds_since(Clock::time_point start) {
 Result<std::unique_ptr<ir::Module>> per_device_init(const ir::Module& global, const StepRunner& runner,
                                                     const StepProgram& program, const config::Config& config) {
   const StepRunner::Layout layout = runner.layout();
-  if (layout.mesh.axes.empty()) return global.clone();
+  if (layout.mesh.axes().empty()) return global.clone();
   spmd::PartitionOptions options;
-  options.mesh = spmd::Mesh::from_config(layout.mesh);
+  options.mesh = layout.mesh;
   KILN_ASSIGN_OR_RETURN(options.rules, spmd::LogicalRules::from_config(config));
   for (int64_t i = 0; i < program.num_params; ++i) options.seeds.outputs.push_back(runner.arg_sharding(program.param_arg(i)));
   KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, spmd::partition(global, options));

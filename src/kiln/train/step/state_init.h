@@ -13,8 +13,8 @@
 #include "kiln/config/config.h"
 #include "kiln/ir/dtype.h"
 #include "kiln/models/model.h"
-#include "kiln/train/step_program.h"
-#include "kiln/train/step_runner.h"
+#include "kiln/train/step/step_program.h"
+#include "kiln/train/step/step_runner.h"
 
 namespace kiln::train {
 

@@ -1,10 +1,10 @@
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 
 #include "kiln/autodiff/autodiff.h"
 #include "kiln/base/check.h"
 #include "kiln/frontend/graph.h"
 #include "kiln/optim/clip.h"
-#include "kiln/train/weight_copies.h"
+#include "kiln/train/step/weight_copies.h"
 
 namespace kiln::train {
 

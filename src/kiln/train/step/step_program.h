@@ -3,7 +3,7 @@
 //
 //   inputs:  params[n] (weight_dtype), mu[n] (mu_dtype), nu[n], step (s32 []: optax's count),
 //            copies[c] (bf16 copies of the weights the model casts to bf16; bf16_weight_copy,
-//            train/weight_copies.h; none in f32 runs), batch inputs, targets, positions,
+//            train/step/weight_copies.h; none in f32 runs), batch inputs, targets, positions,
 //            segmentation (s32 [B, T] each)
 //   body:    model loss -> autodiff::gradients -> clip_by_global_norm -> schedule -> AdamW
 //   outputs: params'[n], mu'[n], nu'[n], step + 1, copies'[c], then the metrics in StepMetric order
@@ -56,7 +56,7 @@ struct StepProgramOptions {
   int64_t accumulation = 1;
   int64_t seq_len = 1;          // max_target_length
   // bf16_weight_copy with dtype=bfloat16 and weight_dtype=float32: the bf16 copy of every
-  // weight the model casts to bf16 is step state written by AdamW (train/weight_copies.h).
+  // weight the model casts to bf16 is step state written by AdamW (train/step/weight_copies.h).
   bool weight_copies = false;
 
   static Result<StepProgramOptions> from_config(const config::Config& config);

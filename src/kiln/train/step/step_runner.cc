@@ -1,4 +1,4 @@
-#include "kiln/train/step_runner.h"
+#include "kiln/train/step/step_runner.h"
 
 #include <cstring>
 

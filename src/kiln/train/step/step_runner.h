@@ -17,7 +17,7 @@
 #include "kiln/config/mesh.h"
 #include "kiln/ir/attrs.h"
 #include "kiln/ir/literal.h"
-#include "kiln/train/step_program.h"
+#include "kiln/train/step/step_program.h"
 
 namespace kiln::train {
 

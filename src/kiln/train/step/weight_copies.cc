@@ -1,12 +1,12 @@
-#include "kiln/train/weight_copies.h"
+#include "kiln/train/step/weight_copies.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "kiln/base/check.h"
 #include "kiln/ir/dtype.h"
-#include "kiln/train/step_program.h"
-#include "kiln/train/step_runner.h"
+#include "kiln/train/step/step_program.h"
+#include "kiln/train/step/step_runner.h"
 
 namespace kiln::train {
 

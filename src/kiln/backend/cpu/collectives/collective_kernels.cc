@@ -1,5 +1,5 @@
 // Native kernels of the SPMD collectives (ops/collective_ops.cc) on buffers: the data goes
-// straight from the operand to the runtime's collective (runtime/collectives.h) and back,
+// straight from the operand to the runtime's collective (ops/collectives.h, which the runtime implements) and back,
 // in its own dtype, without the reference evaluation's detour through doubles. The group
 // comes from the thread's device context at run time (the same executable serves every
 // virtual device). Chunks along a dimension other than the outermost go to the runtime's
@@ -26,8 +26,8 @@
 #include "kiln/backend/cpu/collectives/collective_progress.h"
 #include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/base/check.h"
+#include "kiln/ops/collectives.h"
 #include "kiln/ops/device_context.h"
-#include "kiln/runtime/collectives.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -50,12 +50,12 @@ Layout layout_of(const ir::Shape& shape, int64_t dim) {
   return l;
 }
 
-runtime::ReduceDType reduce_dtype(DType dtype) {
+ops::ReduceDType reduce_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return runtime::ReduceDType::kF32;
-    case DType::kBF16: return runtime::ReduceDType::kBF16;
-    case DType::kS32: return runtime::ReduceDType::kS32;
-    default: return runtime::ReduceDType::kF64;
+    case DType::kF32: return ops::ReduceDType::kF32;
+    case DType::kBF16: return ops::ReduceDType::kBF16;
+    case DType::kS32: return ops::ReduceDType::kS32;
+    default: return ops::ReduceDType::kF64;
   }
 }
 
@@ -66,7 +66,7 @@ bool summable(const Instr& instr) {
 
 // A collective between its issue and its finish: the runtime's handle, or null when there
 // is nothing to wait for (a one-device group, copied at once).
-using InFlight = std::unique_ptr<runtime::Pending>;
+using InFlight = std::unique_ptr<ops::Pending>;
 
 // all_gather: x [outer, n, inner] parts land as y [outer, rank * n, inner].
 InFlight issue_all_gather(const Instr& instr, const Buffer& x, void* y) {

@@ -35,9 +35,9 @@
 #include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/base/check.h"
 #include "kiln/base/logging.h"
+#include "kiln/ops/collectives.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/ops/ragged_all_to_all.h"
-#include "kiln/runtime/collectives.h"
 
 namespace kiln::backend::cpu {
 namespace {
@@ -47,7 +47,7 @@ using ir::Instr;
 // Exchanges posted and not yet waited for: one per entry, with the receive sizes the runtime
 // writes until its wait.
 struct RaggedInFlight {
-  std::vector<std::unique_ptr<runtime::Pending>> pending;
+  std::vector<std::unique_ptr<ops::Pending>> pending;
   std::vector<std::vector<size_t>> recv_bytes;
   size_t row_bytes = 0;
 };
@@ -127,7 +127,7 @@ RaggedInFlight issue_ragged(const Instr& instr, const Buffer& x, const int32_t* 
     }
     return f;
   }
-  runtime::Collectives& c = *ops::current_device().collectives;
+  ops::Collectives& c = *ops::current_device().collectives;
   std::vector<ops::RaggedPlan> plans;
   for (int64_t l = 0; l < entries; ++l) plans.push_back(ops::ragged_plan(sizes + l * g, g, rows, slot));
   // The return: the rows each member sent me go back to it; learn how many first, for every
@@ -138,7 +138,7 @@ RaggedInFlight issue_ragged(const Instr& instr, const Buffer& x, const int32_t* 
     KILN_CHECK(static_cast<int64_t>(known->second.size()) == entries) << instr.to_string();
     theirs = known->second;
   } else if (reverse) {
-    std::vector<std::unique_ptr<runtime::Pending>> counts;
+    std::vector<std::unique_ptr<ops::Pending>> counts;
     for (int64_t l = 0; l < entries; ++l) {
       mine[l] = plans[l].count;
       counts.push_back(c.all_to_all(group.members, mine[l].data(), theirs[l].data(), sizeof(int64_t)));
