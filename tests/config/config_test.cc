@@ -217,6 +217,32 @@ TEST(ConfigFile, EveryKeyWrittenInTheFileIsASetting) {
   EXPECT_NE(m.find("model gpt-oss-20b sets"), std::string::npos) << m;
 }
 
+TEST(ConfigFile, AnotherCopyOfBaseYmlEndsTheChainOnlyWhenItIsThisBuilds) {
+  // A config directory copied with its base.yml (another checkout's, another release's): the
+  // chain's base_config reaches that copy. Layered as a config file it would set every key
+  // and, under override_model_config, silently replace the model file's values.
+  std::ifstream in(configs_dir() + "/base.yml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string run = "base_config: base.yml\nmodel_name: gpt-oss-20b\noverride_model_config: true\nsteps: 3\n";
+  TempDir same;
+  same.write("base.yml", text.str());
+  Config c = must_load({}, same.write("run.yml", run));
+  EXPECT_EQ(c.get_int("sliding_window_size"), 128);  // the model's, not base.yml's 0
+  EXPECT_EQ(c.source("sliding_window_size"), Source::kModel);
+  EXPECT_EQ(c.source("steps"), Source::kConfigFile);
+  EXPECT_EQ(c.source("learning_rate"), Source::kBase);
+
+  TempDir other;
+  std::string changed = text.str();
+  const size_t at = changed.find("\nsteps: ");
+  ASSERT_NE(at, std::string::npos);
+  changed.insert(at + 1, "# an older base.yml\n");
+  other.write("base.yml", changed);
+  std::string m = load_error({}, other.write("run.yml", run));
+  EXPECT_NE(m.find("base_config reaches a base.yml that is not this build's"), std::string::npos) << m;
+}
+
 TEST(ConfigFile, ModelKeysInTheFileNeedOverrideModelConfig) {
   TempDir dir;
   std::string bad = dir.write("bad.yml", "model_name: gpt-oss-20b\nbase_emb_dim: 1024\n");

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -50,6 +52,15 @@ std::string display_path(const std::string& path) {
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::equivalent(a, b, ec);
+}
+
+bool same_contents(const std::string& a, const std::string& b) {
+  std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+  if (!fa || !fb) return false;
+  std::stringstream ta, tb;
+  ta << fa.rdbuf();
+  tb << fb.rdbuf();
+  return ta.str() == tb.str();
 }
 
 std::string suggestion(std::string_view key, const std::vector<std::string>& keys) {
@@ -118,6 +129,17 @@ Status read_config_chain(const std::string& path, const Schema& schema, int dept
                          Layer& merged, std::vector<std::string>& files) {
   if (depth > 16) return invalid_argument("{}: base_config chain is too deep (a cycle?)", path);
   if (same_file(path, schema.path)) return ok_status();
+  // A chain ends at base.yml. One that reaches another checkout's or release's base.yml (a
+  // config directory copied with it) must not be layered as a CONFIG.yml: it sets every key,
+  // so its defaults would silently replace the model file's values under
+  // override_model_config. The same text is this build's schema; other text is refused.
+  if (depth > 0 && fs::path(path).filename() == "base.yml") {
+    if (same_contents(path, schema.path)) return ok_status();
+    return invalid_argument(
+        "{}: base_config reaches a base.yml that is not this build's ({}) and differs from it; point "
+        "base_config at {} or give the copy another name to use it as a config file",
+        display_path(path), display_path(schema.path), display_path(schema.path));
+  }
   std::string parent;
   KILN_ASSIGN_OR_RETURN(Layer layer, read_layer(path, schema, false, &parent));
   if (!parent.empty()) {
