@@ -4,7 +4,9 @@
 compiled with a warm kernel cache (graph work alone: tracing, autodiff, partitioning, the
 pass pipeline, scheduling, buffer assignment), runs interleaved A, B, A, B, ... so both see
 the same machine load. Prints the median `kiln compile` wall time per config and binary and
-the ratio B/A. For a compiler change: build the old commit's kiln somewhere, then
+the ratio B/A. Each binary runs from its own checkout (the folder above it with
+configs/base.yml), so each reads its own configs. For a compiler change: build the old
+commit's kiln in another checkout (git worktree), then
   /usr/bin/python3 bench/compile_ab.py --a OLD/kiln --b build/kiln [--runs 5]
 """
 import argparse
@@ -20,10 +22,24 @@ CONFIGS = {
 }
 
 
+def checkout_of(kiln):
+    """The checkout a kiln binary was built from: the nearest folder above it that holds
+    configs/base.yml. Each binary runs there, so a config path means that checkout's file and
+    its base_config reaches that checkout's base.yml (another checkout's differing base.yml
+    is refused, see docs/configs.md)."""
+    d = os.path.dirname(os.path.abspath(kiln))
+    while d != os.path.dirname(d):
+        if os.path.isfile(os.path.join(d, "configs", "base.yml")):
+            return d
+        d = os.path.dirname(d)
+    return os.getcwd()
+
+
 def compile_once(kiln, args, cache_dir):
     env = dict(os.environ, KILN_CACHE_DIR=cache_dir, KILN_PROGRESS="off")
     t0 = time.monotonic()
-    subprocess.run([kiln, "compile", *args], env=env, check=True, capture_output=True, text=True)
+    subprocess.run([os.path.abspath(kiln), "compile", *args], env=env, check=True, capture_output=True, text=True,
+                   cwd=checkout_of(kiln))
     return time.monotonic() - t0
 
 
