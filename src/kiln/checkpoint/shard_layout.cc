@@ -10,17 +10,6 @@
 
 namespace kiln::checkpoint {
 
-namespace {
-
-int axis_index(const config::Mesh& mesh, const std::string& axis) {
-  for (size_t i = 0; i < mesh.axes().size(); ++i) {
-    if (mesh.axes()[i] == axis) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-}  // namespace
-
 int64_t Region::num_elements() const {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
@@ -28,16 +17,6 @@ int64_t Region::num_elements() const {
 }
 
 config::Mesh single_device_mesh() { return config::Mesh{}; }
-
-std::vector<int64_t> device_coords(const config::Mesh& mesh, int64_t device) {
-  const std::vector<int64_t> shape = mesh.sizes();
-  std::vector<int64_t> coords(shape.size());
-  for (size_t i = shape.size(); i-- > 0;) {
-    coords[i] = device % shape[i];
-    device /= shape[i];
-  }
-  return coords;
-}
 
 Status check_sharding(const std::string& what, const std::vector<int64_t>& dims, const ir::Sharding& sharding,
                       const config::Mesh& mesh) {
@@ -50,7 +29,7 @@ Status check_sharding(const std::string& what, const std::vector<int64_t>& dims,
   for (size_t d = 0; d < dims.size(); ++d) {
     int64_t pieces = 1;
     for (const std::string& axis : sharding.dims[d]) {
-      if (axis_index(mesh, axis) < 0) {
+      if (mesh.axis_index(axis) < 0) {
         return invalid_argument("tensor {}: sharding {} names mesh axis {}, which the mesh ({}) does not have", what,
                                 sharding.to_string(), axis, fmt::format("{}", fmt::join(mesh.axes(), ", ")));
       }
@@ -71,17 +50,10 @@ Region shard_region(const std::vector<int64_t>& dims, const ir::Sharding& shardi
                     int64_t device) {
   Region r{std::vector<int64_t>(dims.size(), 0), dims};
   if (sharding.dims.empty()) return r;
-  const std::vector<int64_t> coords = device_coords(mesh, device);
   for (size_t d = 0; d < dims.size(); ++d) {
-    int64_t pieces = 1, piece = 0;
-    for (const std::string& axis : sharding.dims[d]) {
-      const int a = axis_index(mesh, axis);
-      const int64_t size = mesh.size(axis);
-      piece = piece * size + coords[a];
-      pieces *= size;
-    }
-    r.dims[d] = dims[d] / pieces;
-    r.offset[d] = piece * r.dims[d];
+    // The piece this device holds: row-major over the dimension's axes (config/mesh.h).
+    r.dims[d] = dims[d] / mesh.size(sharding.dims[d]);
+    r.offset[d] = mesh.shard_index(device, sharding.dims[d]) * r.dims[d];
   }
   return r;
 }

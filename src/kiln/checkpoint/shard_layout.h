@@ -33,9 +33,6 @@ struct Region {
 // A mesh of one device (no axes): the single-device trainer's trivial layout.
 config::Mesh single_device_mesh();
 
-// Device `device`'s coordinate along each mesh axis.
-std::vector<int64_t> device_coords(const config::Mesh& mesh, int64_t device);
-
 // Checks that `sharding` fits `dims` on `mesh`: one entry per dimension (or none at all:
 // fully replicated), axes of the mesh, none used twice, each dimension divisible by its
 // number of pieces. `what` names the tensor in the error.

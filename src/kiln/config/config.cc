@@ -325,7 +325,7 @@ std::string Config::to_yaml(bool with_derived) const {
   line("num_slices", std::to_string(d.num_slices));
   std::vector<std::string> mesh;
   for (size_t i = 0; i < d.mesh.axes().size(); ++i) {
-    mesh.push_back(fmt::format("{}: {}", d.mesh.axes()[i], d.mesh.ici()[i] * d.mesh.dcn()[i]));
+    mesh.push_back(fmt::format("{}: {}", d.mesh.axes()[i], d.mesh.sizes()[i]));
   }
   line("mesh", fmt::format("{{{}}}", fmt::join(mesh, ", ")));
   line("micro_batch_size", std::to_string(d.micro_batch_size));

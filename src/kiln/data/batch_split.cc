@@ -20,32 +20,19 @@ BatchSplit make_batch_split(const config::Mesh& mesh, const std::vector<config::
       break;
     }
   }
-  const std::vector<int64_t> shape = mesh.sizes();
-  std::vector<bool> sharded(mesh.axes().size(), false);
   if (rule != nullptr) {
-    for (size_t a = 0; a < mesh.axes().size(); ++a) {
-      if (std::find(rule->mesh_axes.begin(), rule->mesh_axes.end(), mesh.axes()[a]) != rule->mesh_axes.end()) {
-        sharded[a] = true;
-        split.axes.push_back(mesh.axes()[a]);
-        split.num_shards *= shape[a];
+    for (const std::string& axis : mesh.axes()) {
+      if (std::find(rule->mesh_axes.begin(), rule->mesh_axes.end(), axis) != rule->mesh_axes.end()) {
+        split.axes.push_back(axis);
       }
     }
   }
-  const int64_t devices = mesh.num_devices();
-  split.shard_of_device.resize(static_cast<size_t>(devices));
-  for (int64_t d = 0; d < devices; ++d) {
-    // Mesh coordinates of device d (row-major: the last axis varies fastest), then the
-    // row-major index of its coordinates along the sharded axes.
-    int64_t rest = d, shard = 0, stride = 1;
-    for (size_t a = mesh.axes().size(); a-- > 0;) {
-      const int64_t coord = rest % shape[a];
-      rest /= shape[a];
-      if (sharded[a]) {
-        shard += coord * stride;
-        stride *= shape[a];
-      }
-    }
-    split.shard_of_device[static_cast<size_t>(d)] = shard;
+  split.num_shards = mesh.size(split.axes);
+  // A device's shard: the row-major index of its coordinates along the sharded axes, in mesh
+  // order (the mesh's own numbering, config/mesh.h).
+  split.shard_of_device.resize(static_cast<size_t>(mesh.num_devices()));
+  for (int64_t d = 0; d < mesh.num_devices(); ++d) {
+    split.shard_of_device[static_cast<size_t>(d)] = mesh.shard_index(d, split.axes);
   }
   return split;
 }

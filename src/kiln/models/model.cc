@@ -26,7 +26,7 @@ namespace {
 // dispatch over that many token shards (gpt_oss/expert_parallel.cc).
 Status set_moe_shards(const config::Config& config, gpt_oss::GptOssConfig& c) {
   if (!c.is_moe()) return ok_status();
-  const config::Mesh mesh = config.derived().mesh;
+  const config::Mesh& mesh = config.derived().mesh;
   if (mesh.num_devices() == 1) return ok_status();
   KILN_ASSIGN_OR_RETURN(spmd::LogicalRules rules, spmd::LogicalRules::from_config(config));
   auto shards = [&](const std::string& logical, int64_t size) {

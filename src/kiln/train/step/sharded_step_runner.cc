@@ -14,10 +14,9 @@ namespace {
 
 class ShardedRunner : public StepRunner {
  public:
-  ShardedRunner(const StepProgram& global, spmd::PartitionResult partition, const config::Mesh& config_mesh,
+  ShardedRunner(const StepProgram& global, spmd::PartitionResult partition, const config::Mesh& mesh,
                 std::shared_ptr<runtime::World> world)
-      : global_(global), partition_(std::move(partition)), mesh_(config_mesh),
-        config_mesh_(config_mesh), world_(std::move(world)) {
+      : global_(global), partition_(std::move(partition)), mesh_(mesh), world_(std::move(world)) {
     local_.module = std::move(partition_.module);
     local_.num_params = global.num_params;
     local_.decay = global.decay;
@@ -96,7 +95,7 @@ class ShardedRunner : public StepRunner {
   // Checkpoints: each local device's shard as it holds it (the partitioner's layout of the
   // argument over the configured mesh: the same device numbering as checkpoint/shard_layout.h).
   Layout layout() const override {
-    return Layout{config_mesh_, world_->first_device(), world_->local_devices(), world_->rank(), world_->num_ranks()};
+    return Layout{mesh_, world_->first_device(), world_->local_devices(), world_->rank(), world_->num_ranks()};
   }
   ir::Sharding arg_sharding(int64_t index) const override { return partition_.param_shardings.at(index); }
   std::string arg_bytes(int64_t index, int64_t local) const override { return runners_.at(local)->arg_bytes(index, 0); }
@@ -178,7 +177,6 @@ class ShardedRunner : public StepRunner {
   const StepProgram& global_;
   spmd::PartitionResult partition_;
   config::Mesh mesh_;
-  config::Mesh config_mesh_;
   std::shared_ptr<runtime::World> world_;
   runtime::Group all_devices_;  // 0 .. mesh devices - 1
   StepProgram local_;
@@ -248,8 +246,7 @@ Result<std::unique_ptr<StepRunner>> make_sharded_runner(const config::Config& co
                                                         std::shared_ptr<runtime::World> world,
                                                         const ShardedRunnerOptions& options,
                                                         backend::CompileReport* report) {
-  const config::Mesh& config_mesh = config.derived().mesh;
-  config::Mesh mesh = config_mesh;
+  const config::Mesh& mesh = config.derived().mesh;
   if (world->num_devices() != mesh.num_devices()) {
     return invalid_argument("the mesh {} has {} devices but the runtime has {} ({} rank(s) × {} local devices); set "
                             "local_devices so that ranks × local_devices = the mesh's devices",
@@ -257,7 +254,7 @@ Result<std::unique_ptr<StepRunner>> make_sharded_runner(const config::Config& co
                             world->local_devices());
   }
   KILN_ASSIGN_OR_RETURN(spmd::PartitionResult partition, partition_step(config, program, params));
-  auto runner = std::make_unique<ShardedRunner>(program, std::move(partition), config_mesh, std::move(world));
+  auto runner = std::make_unique<ShardedRunner>(program, std::move(partition), mesh, std::move(world));
   KILN_RETURN_IF_ERROR(runner->init_runners(options, report));
   return std::unique_ptr<StepRunner>(std::move(runner));
 }

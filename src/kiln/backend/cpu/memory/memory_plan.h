@@ -25,8 +25,8 @@ namespace kiln::backend::cpu {
 class MemoryPlan {
  public:
   // Runs the memory stages on `computation` (the fused entry) and fills the memory fields of
-  // `report`, with the CPU kernels' own scratch. `fallback(instr)` says which instructions run the reference
-  // evaluation (their scratch is larger).
+  // `report`, with the CPU kernels' own scratch. `fallback(instr)` says which instructions
+  // run the reference evaluation (their scratch is larger).
   Status build(const ir::Computation& computation, const CompileOptions& options,
                const std::function<bool(const ir::Instr*)>& fallback, CompileReport& report);
 
