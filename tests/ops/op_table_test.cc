@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 #include <regex>
+#include <set>
 
 #include "kiln/autodiff/autodiff.h"
 #include "kiln/base/check.h"
@@ -91,6 +92,56 @@ TEST_P(OpTable, ExamplesVerifyRoundTripAndEvaluate) {
     auto result = interp::run(**module, args);
     ASSERT_TRUE(result.ok()) << result.status().to_string();
   }
+}
+
+// The traits passes read instead of opcode switches hold on every example: a split map (what
+// sharding may follow) names real dims, a layout op's result holds only operand 0's values,
+// and batch rows name tuple elements whose dimension 0 is operand 0's.
+TEST_P(OpTable, SplitLayoutAndBatchTraitsHoldOnExamples) {
+  const ops::OpDef& def = ops::op_def(GetParam());
+  if (def.elementwise) EXPECT_TRUE(def.split_map) << "an elementwise op always runs per block";
+  if (def.rearranges) EXPECT_TRUE(def.split_map) << "a layout op runs per block";
+  int rearrangements_checked = 0;
+  for (const auto& ex : def.examples) {
+    auto module = ir::parse_module(ex.ir);
+    ASSERT_TRUE(module.ok()) << module.status().to_string();
+    for (const auto& instr : (*module)->entry()->instructions()) {
+      if (instr->opcode() != GetParam()) continue;
+      if (def.split_map) {
+        EXPECT_FALSE(instr->shape().is_tuple()) << "split maps are for array results";
+        auto map = def.split_map(*instr);
+        ASSERT_EQ(static_cast<int>(map.size()), instr->num_operands());
+        for (int i = 0; i < instr->num_operands(); ++i) {
+          const ir::Shape& s = instr->operand(i)->shape();
+          ASSERT_EQ(static_cast<int>(map[i].size()), s.is_tuple() ? 0 : s.rank()) << "split map of operand " << i;
+          for (int r : map[i]) EXPECT_TRUE(r >= -1 && r < instr->shape().rank()) << "split map names dim " << r;
+        }
+      }
+      if (def.batch_rows) {
+        std::vector<bool> rows = def.batch_rows(*instr);
+        if (rows.empty()) continue;
+        ASSERT_TRUE(instr->shape().is_tuple());
+        ASSERT_EQ(rows.size(), instr->shape().elements().size());
+        for (size_t e = 0; e < rows.size(); ++e) {
+          if (!rows[e]) continue;
+          EXPECT_EQ(instr->shape().elements()[e].dim(0), instr->operand(0)->shape().dim(0)) << "element " << e;
+        }
+      }
+      if (def.rearranges && instr.get() == (*module)->entry()->root() &&
+          instr->operand(0)->opcode() == Opcode::kParameter) {
+        // Distinct operand values: every result value must be one of them.
+        auto args = random_args(*(*module)->entry(), ex, 13);
+        auto result = interp::run(**module, args);
+        ASSERT_TRUE(result.ok()) << result.status().to_string();
+        const ir::Literal& in = args[instr->operand(0)->attrs().get_int("index")];
+        std::set<double> values(in.values().begin(), in.values().end());
+        ASSERT_EQ(static_cast<int64_t>(values.size()), in.shape().num_elements()) << "operand values not distinct";
+        for (double v : (*result)[0].values()) EXPECT_TRUE(values.count(v)) << v << " is not an operand value";
+        ++rearrangements_checked;
+      }
+    }
+  }
+  if (def.rearranges) EXPECT_GT(rearrangements_checked, 0) << "no example shows the layout op on a parameter";
 }
 
 // Rewrites every floating-point type in the text to f64, for finite differences.

@@ -423,6 +423,9 @@ void register_attention_ops(OpTable& table) {
     d.grad = GradKind::kRule;
     d.vjp = vjp_attention;
     d.dim_map = [](const Instr& i) { return attention_dim_map(i, false); };
+    d.batch_rows = [](const Instr& i) {  // out [B,T,H,Dh], lse [B,H,T]
+      return std::vector<bool>(i.shape().elements().size(), true);
+    };
     d.cost = [](const Instr& i) { return attention_cost(i, false); };
     for (const Case& c : cases()) d.examples.push_back(attention_example(c));
     table.add(std::move(d));
@@ -438,6 +441,11 @@ void register_attention_ops(OpTable& table) {
     d.eval = eval_attention_grad;
     d.grad = GradKind::kNone;
     d.dim_map = [](const Instr& i) { return attention_dim_map(i, true); };
+    d.batch_rows = [](const Instr& i) {  // dq, dk, dv [B,...]; dsinks [H] (with sinks) sums over the batch
+      std::vector<bool> rows(i.shape().elements().size(), true);
+      if (rows.size() == 4) rows[3] = false;
+      return rows;
+    };
     d.cost = [](const Instr& i) { return attention_cost(i, true); };
     for (const Case& c : cases()) d.examples.push_back(attention_grad_example(c));
     table.add(std::move(d));

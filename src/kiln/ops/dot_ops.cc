@@ -15,6 +15,7 @@ namespace kiln::ops {
 namespace {
 
 using internal::check_array;
+using internal::same_size_dims;
 using internal::check_dims;
 
 // The four dimension lists of a dot_general and the sizes they imply.
@@ -303,6 +304,7 @@ void register_dot_ops(OpTable& table) {
   d.grad = GradKind::kRule;
   d.vjp = vjp_dot;
   d.dim_map = dot_dim_map;
+  d.split_map = same_size_dims(dot_dim_map);
   d.cost = dot_cost;
   d.examples = dot_examples();
   table.add(std::move(d));

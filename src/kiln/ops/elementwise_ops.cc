@@ -12,6 +12,7 @@ namespace {
 
 using internal::elementwise_cost;
 using internal::identity_dim_map;
+using internal::same_size_dims;
 
 // ---- shape rules ----
 
@@ -364,6 +365,7 @@ void register_elementwise_ops(OpTable& table) {
       def.snippet = [format](const Instr&, std::span<const std::string> a) { return format_snippet(format, a); };
     }
     def.dim_map = identity_dim_map;
+    def.split_map = same_size_dims(identity_dim_map);
     def.examples = default_examples(s.opcode, s.arity);
     double flops = s.flops, transcendentals = s.transcendentals;
     def.cost = [flops, transcendentals](const Instr& instr) { return elementwise_cost(instr, flops, transcendentals); };

@@ -18,6 +18,7 @@ namespace kiln::ops {
 namespace {
 
 using internal::check_array;
+using internal::same_size_dims;
 
 // ---- shape rule (shared) ----
 
@@ -283,6 +284,7 @@ void register_index_ops(OpTable& table) {
     d.grad = GradKind::kRule;
     d.vjp = vjp_gather;
     d.dim_map = gather_dim_map;
+    d.split_map = same_size_dims(gather_dim_map);
     d.cost = gather_cost;
     d.examples = gather_examples();
     table.add(std::move(d));
@@ -297,6 +299,8 @@ void register_index_ops(OpTable& table) {
     d.grad = GradKind::kRule;
     d.vjp = vjp_scatter_add;
     d.dim_map = scatter_add_dim_map;
+    // Splits follow the batch dims and the dims after the axis (a take's gradient).
+    d.split_map = same_size_dims(scatter_add_dim_map);
     d.cost = scatter_add_cost;
     d.examples = scatter_add_examples();
     table.add(std::move(d));

@@ -63,6 +63,20 @@ std::vector<std::vector<int>> identity_dim_map(const ir::Instr& instr) {
   return out;
 }
 
+DimMapFn same_size_dims(DimMapFn dim_map) {
+  return [dim_map = std::move(dim_map)](const ir::Instr& instr) {
+    std::vector<std::vector<int>> m = dim_map(instr);
+    for (size_t i = 0; i < m.size() && i < instr.operands().size(); ++i) {
+      const ir::Shape& s = instr.operand(static_cast<int>(i))->shape();
+      for (size_t d = 0; d < m[i].size(); ++d) {
+        const int r = m[i][d];
+        if (r >= 0 && (r >= instr.shape().rank() || s.dim(static_cast<int>(d)) != instr.shape().dim(r))) m[i][d] = -1;
+      }
+    }
+    return m;
+  };
+}
+
 std::vector<std::vector<int>> empty_dim_map(const ir::Instr& instr) {
   std::vector<std::vector<int>> out;
   for (const ir::Instr* o : instr.operands()) out.emplace_back(o->shape().is_tuple() ? 0 : o->shape().rank(), -1);

@@ -60,6 +60,9 @@ Cost zero_cost(const ir::Instr& instr);
 std::vector<std::vector<int>> identity_dim_map(const ir::Instr& instr);
 // No dimension corresponds (sources, reshapes that mix dims).
 std::vector<std::vector<int>> empty_dim_map(const ir::Instr& instr);
+// OpDef::split_map from a dim_map: only the dims that keep their size (a split of a sliced,
+// padded or concatenated dim would not line up with the result's blocks).
+DimMapFn same_size_dims(DimMapFn dim_map);
 
 // Gradient helper: reduces `g` (shaped like a broadcast result) back to `operand_shape`
 // given the broadcast's dims attribute.

@@ -11,6 +11,7 @@ namespace kiln::ops {
 namespace {
 
 using internal::for_each_index;
+using internal::same_size_dims;
 using ir::dims_to_string;
 using Ints = std::vector<int64_t>;
 
@@ -140,6 +141,7 @@ void register_reduce_ops(OpTable& table) {
     d.eval = s.eval;
     d.vjp = s.vjp;
     d.dim_map = reduce_dim_map;
+    d.split_map = same_size_dims(reduce_dim_map);
     d.cost = reduce_cost;
     d.examples = reduce_examples(name);
     table.add(std::move(d));

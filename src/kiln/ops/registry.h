@@ -68,6 +68,10 @@ using SnippetFn = std::function<std::string(const ir::Instr&, std::span<const st
 // for tuple results, the dimension of element 0). Sharding propagation follows these.
 using DimMapFn = std::function<std::vector<std::vector<int>>(const ir::Instr&)>;
 using CostFn = std::function<Cost(const ir::Instr&)>;
+// For a tuple-valued op that treats each row of dimension 0 on its own: per result element,
+// whether its dimension 0 is that batch (else it is a sum over the batch). Empty when this
+// instruction does not (a rank-1 sort is one row).
+using BatchRowsFn = std::function<std::vector<bool>(const ir::Instr&)>;
 
 // A small module exercising the op, whose parameters are the inputs. The op-table test
 // runs every example through the verifier, the interpreter, and (for differentiable ops)
@@ -123,6 +127,11 @@ struct OpDef {
   bool plumbing = false;
   // Which library kernel family a backend runs it with (what `kiln compile` counts).
   KernelClass kernel_class = KernelClass::kOther;
+  // Every result element is one element of operand 0, at a position the shapes and
+  // attributes fix (reshape, transpose, broadcast, slice): no arithmetic, no other operand,
+  // no data-dependent index. A value made only by such ops from the state is still state
+  // (the regather pass follows them).
+  bool rearranges = false;
 
   InferFn infer;
   EvalFn eval;
@@ -131,6 +140,14 @@ struct OpDef {
   VjpFn vjp;
   SnippetFn snippet;  // elementwise ops only
   DimMapFn dim_map;
+  // Array ops the partitioner may run per block, unchanged, on operands split along these
+  // dims (elementwise ops always may, along dim_map). Null: the op has its own lowering or
+  // runs on whole operands. Usually dim_map itself; reshape's differs: a split may also
+  // follow the outermost dim of a merged group ([B, T, D] -> [B*T, D] keeps a split batch).
+  DimMapFn split_map;
+  // Tuple-valued ops whose rows along dimension 0 are independent (attention, sort, topk):
+  // the partitioner keeps the batch split instead of gathering it.
+  BatchRowsFn batch_rows;
   CostFn cost;
   std::vector<OpExample> examples;  // at least one per op
 };

@@ -15,6 +15,7 @@ using internal::check_array;
 using internal::flat_index;
 using internal::for_each_index;
 using internal::memory_cost;
+using internal::same_size_dims;
 using ir::dims_to_string;
 using ir::row_major_strides;
 using DimMap = std::vector<std::vector<int>>;
@@ -191,6 +192,32 @@ DimMap reshape_dim_map(const Instr& instr) {
       }
     }
     if (i - i0 == 1 && j - j0 == 1) m[i0] = static_cast<int>(j0);
+  }
+  return {m};
+}
+
+// The dims a block split may follow (OpDef::split_map): the dims split into consecutive
+// groups with equal element counts; a group's outermost operand dim and outermost result dim
+// share their split when the group's other operand dims are not split (checked by the
+// partitioner) — [B, T, D] -> [B*T, D] keeps a split batch.
+DimMap reshape_split_map(const Instr& instr) {
+  const Ints& in = instr.operand(0)->shape().dims();
+  const Ints& out = instr.shape().dims();
+  std::vector<int> m(in.size(), -1);
+  size_t i = 0, j = 0;
+  while (i < in.size() && j < out.size()) {
+    size_t i0 = i, j0 = j;
+    int64_t a = in[i++], b = out[j++];
+    while (a != b) {
+      if (a < b && i < in.size()) a *= in[i++];
+      else if (b < a && j < out.size()) b *= out[j++];
+      else break;
+    }
+    if (a != b) break;
+    // Skip leading size-1 dims on both sides so the outermost real dims pair up.
+    while (i0 + 1 < i && in[i0] == 1) ++i0;
+    while (j0 + 1 < j && out[j0] == 1) ++j0;
+    if (in[i0] != 1 && out[j0] != 1) m[i0] = static_cast<int>(j0);
   }
   return {m};
 }
@@ -585,6 +612,8 @@ void register_shape_ops(OpTable& table) {
     d.eval = eval_broadcast;
     d.vjp = vjp_broadcast;
     d.dim_map = broadcast_dim_map;
+    d.split_map = same_size_dims(broadcast_dim_map);
+    d.rearranges = true;
     d.cost = memory_cost;
     d.examples = {
         // Expands the size-1 dim and adds a new leading dim.
@@ -603,6 +632,8 @@ void register_shape_ops(OpTable& table) {
     d.eval = eval_reshape;
     d.vjp = vjp_reshape;
     d.dim_map = reshape_dim_map;
+    d.split_map = reshape_split_map;
+    d.rearranges = true;
     d.cost = memory_cost;
     d.examples = {
         {example("  %x = f32[2,3,4] parameter(), index=0\n", "%r = f32[6,1,4] reshape(%x)")},
@@ -618,6 +649,8 @@ void register_shape_ops(OpTable& table) {
     d.eval = eval_transpose;
     d.vjp = vjp_transpose;
     d.dim_map = transpose_dim_map;
+    d.split_map = same_size_dims(transpose_dim_map);
+    d.rearranges = true;
     d.cost = memory_cost;
     d.examples = {
         {example("  %x = f32[2,3,4] parameter(), index=0\n", "%t = f32[4,2,3] transpose(%x), perm={2,0,1}")},
@@ -633,6 +666,8 @@ void register_shape_ops(OpTable& table) {
     d.eval = eval_slice;
     d.vjp = vjp_slice;
     d.dim_map = slice_dim_map;
+    d.split_map = same_size_dims(slice_dim_map);
+    d.rearranges = true;
     d.cost = slice_cost;
     d.examples = {
         {example("  %x = f32[4,5] parameter(), index=0\n", "%s = f32[2,5] slice(%x), limit={3,5}, start={1,0}")},
@@ -651,6 +686,7 @@ void register_shape_ops(OpTable& table) {
     d.eval = eval_pad;
     d.vjp = vjp_pad;
     d.dim_map = pad_dim_map;
+    d.split_map = same_size_dims(pad_dim_map);
     d.cost = memory_cost;
     d.examples = {
         {example("  %x = f32[2,3] parameter(), index=0\n  %v = f32[] parameter(), index=1\n",
@@ -670,6 +706,7 @@ void register_shape_ops(OpTable& table) {
     d.eval = eval_concatenate;
     d.vjp = vjp_concatenate;
     d.dim_map = concatenate_dim_map;
+    d.split_map = same_size_dims(concatenate_dim_map);
     d.cost = memory_cost;
     d.examples = {
         {example("  %a = f32[2,3] parameter(), index=0\n  %b = f32[2,1] parameter(), index=1\n"

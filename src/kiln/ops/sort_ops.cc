@@ -177,6 +177,15 @@ std::vector<OpExample> topk_examples() {
   };
 }
 
+// Rows along the last dimension are ordered on their own: with a leading dimension (the
+// MoE's token shards, the router's batch) each device orders its own rows. A rank-1 operand
+// is one row: its only dimension is the ordered one. Both results (values, indices) carry
+// the rows.
+std::vector<bool> ordered_rows(const Instr& instr) {
+  if (instr.operand(0)->shape().rank() < 2) return {};
+  return std::vector<bool>(instr.shape().elements().size(), true);
+}
+
 }  // namespace
 
 void register_sort_ops(OpTable& table) {
@@ -190,6 +199,7 @@ void register_sort_ops(OpTable& table) {
     d.grad = GradKind::kRule;
     d.vjp = vjp_ordering;
     d.dim_map = sort_dim_map;
+    d.batch_rows = ordered_rows;
     d.cost = [](const Instr& i) { return ordering_cost(i, i.operand(0)->shape().dims().back()); };
     d.examples = sort_examples();
     table.add(std::move(d));
@@ -204,6 +214,7 @@ void register_sort_ops(OpTable& table) {
     d.grad = GradKind::kRule;
     d.vjp = vjp_ordering;
     d.dim_map = topk_dim_map;
+    d.batch_rows = ordered_rows;
     d.cost = [](const Instr& i) { return ordering_cost(i, i.attrs().get_int("k")); };
     d.examples = topk_examples();
     table.add(std::move(d));

@@ -20,19 +20,11 @@ using ir::Instr;
 using ir::Opcode;
 
 // Ops that only rearrange or convert state: a gather of their result is a gather of state.
+// Leaves (parameters, literals), elementwise ops and layout ops (OpDef::rearranges).
 bool is_state_op(const Instr& i) {
-  if (ops::op_def(i.opcode()).elementwise) return true;
-  switch (i.opcode()) {
-    case Opcode::kParameter:
-    case Opcode::kConstant:
-    case Opcode::kReshape:
-    case Opcode::kTranspose:
-    case Opcode::kBroadcast:
-    case Opcode::kSlice:
-      return true;
-    default:
-      return false;
-  }
+  const ops::OpDef& def = ops::op_def(i.opcode());
+  if (def.plumbing && i.num_operands() == 0) return true;
+  return def.elementwise || def.rearranges;
 }
 
 }  // namespace

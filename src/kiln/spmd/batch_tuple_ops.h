@@ -1,9 +1,10 @@
-// Tuple-valued ops that treat every batch row on its own: attention (out, lse) and its
-// gradient (dq, dk, dv [, dsinks]), and sort and top-k (values, indices) of rank >= 2,
-// which order each row along the last dimension on its own. The array rule (OpDef::dim_map) cannot describe them,
-// since it maps operand dimensions to one result only, so without this rule the
-// partitioner ran them on replicated operands: every device all-gathered the batch and
-// repeated the whole attention, forward, rematerialized forward and backward.
+// Tuple-valued ops that treat every batch row on its own (the registry's OpDef::batch_rows):
+// attention (out, lse) and its gradient (dq, dk, dv [, dsinks]), and sort and top-k
+// (values, indices) of rank >= 2, which order each row along the last dimension on its own.
+// The array rule (OpDef::dim_map) cannot describe them, since it maps operand dimensions to
+// one result only, so without this rule the partitioner ran them on replicated operands:
+// every device all-gathered the batch and repeated the whole attention, forward,
+// rematerialized forward and backward.
 //
 // With the rule, the batch (dimension 0 of q, k, v, the segments, out, lse, dout, dlse)
 // may stay split over the axes it already has; each device runs the op on its own rows.

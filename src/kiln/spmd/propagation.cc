@@ -13,70 +13,18 @@ namespace {
 using ir::Instr;
 using ir::Opcode;
 
-
-// Reshape: the dims split into consecutive groups with equal element counts; a group's
-// outermost operand dim and outermost result dim share their split when the group's other
-// operand dims are not split (checked by the users of the map) — [B, T, D] -> [B*T, D]
-// keeps a split batch.
-std::vector<int> reshape_map(const Instr& instr) {
-  const auto& in = instr.operand(0)->shape().dims();
-  const auto& out = instr.shape().dims();
-  std::vector<int> m(in.size(), -1);
-  size_t i = 0, j = 0;
-  while (i < in.size() && j < out.size()) {
-    size_t i0 = i, j0 = j;
-    int64_t a = in[i++], b = out[j++];
-    while (a != b) {
-      if (a < b && i < in.size()) a *= in[i++];
-      else if (b < a && j < out.size()) b *= out[j++];
-      else break;
-    }
-    if (a != b) break;
-    // Skip leading size-1 dims on both sides so the outermost real dims pair up.
-    while (i0 + 1 < i && in[i0] == 1) ++i0;
-    while (j0 + 1 < j && out[j0] == 1) ++j0;
-    if (in[i0] != 1 && out[j0] != 1) m[i0] = static_cast<int>(j0);
-  }
-  return m;
-}
-
 }  // namespace
 
+// The op's registry entry says whether it runs per block (OpDef::split_map).
 bool has_passthrough(const Instr& instr) {
-  if (instr.shape().is_tuple()) return false;
-  if (ops::op_def(instr.opcode()).elementwise) return true;
-  switch (instr.opcode()) {
-    case Opcode::kBroadcast:
-    case Opcode::kTranspose:
-    case Opcode::kReshape:
-    case Opcode::kReduceSum:
-    case Opcode::kReduceMax:
-    case Opcode::kReduceMin:
-    case Opcode::kSlice:
-    case Opcode::kPad:
-    case Opcode::kConcatenate:
-    case Opcode::kGather:
-    case Opcode::kScatterAdd:  // batch dims and the dims after the axis (a take's gradient)
-    case Opcode::kDotGeneral:
-      return true;
-    default:
-      return false;
-  }
+  return !instr.shape().is_tuple() && ops::op_def(instr.opcode()).split_map != nullptr;
 }
 
 std::vector<std::vector<int>> passthrough_map(const Instr& instr) {
   std::vector<std::vector<int>> none;
   for (const Instr* o : instr.operands()) none.emplace_back(o->shape().is_tuple() ? 0 : o->shape().rank(), -1);
   if (!has_passthrough(instr)) return none;
-  if (instr.opcode() == Opcode::kReshape) return {reshape_map(instr)};
-  std::vector<std::vector<int>> m = ops::op_def(instr.opcode()).dim_map(instr);
-  for (size_t i = 0; i < m.size() && i < instr.operands().size(); ++i) {
-    const ir::Shape& s = instr.operand(static_cast<int>(i))->shape();
-    for (size_t d = 0; d < m[i].size(); ++d) {
-      int r = m[i][d];
-      if (r >= 0 && (r >= instr.shape().rank() || s.dim(static_cast<int>(d)) != instr.shape().dim(r))) m[i][d] = -1;
-    }
-  }
+  std::vector<std::vector<int>> m = ops::op_def(instr.opcode()).split_map(instr);
   m.resize(instr.operands().size());
   for (size_t i = 0; i < m.size(); ++i) {
     if (m[i].size() != none[i].size()) m[i] = none[i];

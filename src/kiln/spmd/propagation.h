@@ -3,15 +3,16 @@
 // batch) and constraints (values whose metadata carries logical axis names). Like GSPMD it
 // runs forward and backward over the program until nothing changes:
 //   forward   a value takes the split dimensions of its operands through the op's
-//             dimension map (ops::OpDef::dim_map, for the ops whose mapped dimensions
+//             split map (ops::OpDef::split_map, set for the ops whose mapped dimensions
 //             are independent: elementwise, broadcast, transpose, reshape, reductions,
-//             slices, pads, concatenation, gather, dot_general); a value that would only
+//             slices, pads, concatenation, gather, scatter_add, dot_general); a value that would only
 //             be a partial sum (a contraction over a split dimension) waits for its users;
 //   backward  a value nobody decided takes the most split request of its users, so a
 //             weight gradient is produced in the layout of its parameter's optimizer
 //             update (reduce-scatter rather than all-reduce).
-// Whatever is left is replicated. Ops outside that list (sort, top-k, scatter, grouped
-// matmul, attention, ...) are computed replicated.
+// Whatever is left is replicated. Tuple-valued ops with independent rows (attention, sort,
+// top-k: OpDef::batch_rows) keep a split batch; the collectives and grouped matmuls have
+// their own rules; other ops are computed replicated.
 #pragma once
 
 #include <optional>
@@ -29,7 +30,9 @@ struct PropagationSeeds {
   std::vector<std::optional<ir::Sharding>> outputs;  // by root tuple element
 };
 
-// Whether the op has a per-dimension rule (the list above); the others run replicated.
+// Whether the op runs per block along its registry split map (OpDef::split_map: elementwise
+// and layout ops, reductions, gather, scatter_add, dot_general); the others have their own
+// rules or run replicated.
 bool has_passthrough(const ir::Instr& instr);
 
 // For each operand, for each of its dimensions, the result dimension whose split it shares
