@@ -43,6 +43,42 @@ ENTRY computation @main {
              true);
 }
 
+TEST(Cse, AValueTwoStagesComputeBelongsToNeither) {
+  CsePass cse;
+  // Gradient accumulation: each micro-batch (stage 1, 2) transposes the same weight. The
+  // survivor is unstaged, so fusion may read it from either stage's kernels; values of one
+  // stage keep it.
+  check_pass(cse, R"(module @m
+
+ENTRY computation @main {
+  %w = f32[2,3] parameter(), index=0
+  %x = f32[3,2] parameter(), index=1
+  %t1 = f32[3,2] transpose(%w), perm={1,0}, stage=1
+  %a1 = f32[3,2] add(%t1, %x), stage=1
+  %b1 = f32[3,2] exp(%x), stage=2
+  %t2 = f32[3,2] transpose(%w), perm={1,0}, stage=2
+  %a2 = f32[3,2] add(%t2, %b1), stage=2
+  %b2 = f32[3,2] exp(%x), stage=2
+  %a3 = f32[3,2] add(%a2, %b2), stage=2
+  ROOT %t = (f32[3,2], f32[3,2]) tuple(%a1, %a3)
+}
+)",
+             R"(module @m
+
+ENTRY computation @main {
+  %w = f32[2,3] parameter(), index=0
+  %x = f32[3,2] parameter(), index=1
+  %t1 = f32[3,2] transpose(%w), perm={1,0}
+  %a1 = f32[3,2] add(%t1, %x), stage=1
+  %b1 = f32[3,2] exp(%x), stage=2
+  %a2 = f32[3,2] add(%t1, %b1), stage=2
+  %a3 = f32[3,2] add(%a2, %b1), stage=2
+  ROOT %t = (f32[3,2], f32[3,2]) tuple(%a1, %a3)
+}
+)",
+             true);
+}
+
 TEST(Cse, MergesIntoTheRoot) {
   CsePass cse;
   check_pass(cse, R"(module @m

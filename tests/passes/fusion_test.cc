@@ -134,5 +134,52 @@ ENTRY computation @main {
 )", true);
 }
 
+// Gradient accumulation: micro-batch m's instructions carry scheduling stage m + 1 and the
+// optimizer none. The sum of the micro-batches' gradients is a chain of adds, one per stage;
+// fused whole it would run after the last micro-batch and keep every micro-batch's gradient
+// alive until then. Each add stays in its own stage's kernel; the last one may join the
+// unstaged update.
+TEST(Fusion, KeepsEachSchedulingStageInItsOwnKernel) {
+  FusionPass pass;
+  check_pass(pass, R"(module @accumulate
+
+ENTRY computation @main {
+  %g0 = f32[4] parameter(), index=0
+  %g1 = f32[4] parameter(), index=1
+  %g2 = f32[4] parameter(), index=2
+  %w = f32[4] parameter(), index=3
+  %s1 = f32[4] add(%g0, %g1), stage=2
+  %s2 = f32[4] add(%s1, %g2), stage=3
+  %n = f32[4] neg(%s2)
+  ROOT %u = f32[4] add(%w, %n)
+}
+)", R"(module @accumulate
+
+computation @fused.0 {
+  %parameter.1 = f32[4] parameter(), index=0
+  %parameter.2 = f32[4] parameter(), index=1
+  %add.3 = f32[4] add(%parameter.1, %parameter.2), stage=3
+  %neg.4 = f32[4] neg(%add.3)
+  %parameter.5 = f32[4] parameter(), index=2
+  ROOT %add.6 = f32[4] add(%parameter.5, %neg.4)
+}
+
+computation @fused.8 {
+  %parameter.9 = f32[4] parameter(), index=0
+  %parameter.10 = f32[4] parameter(), index=1
+  ROOT %add.11 = f32[4] add(%parameter.9, %parameter.10), stage=2
+}
+
+ENTRY computation @main {
+  %g0 = f32[4] parameter(), index=0
+  %g1 = f32[4] parameter(), index=1
+  %g2 = f32[4] parameter(), index=2
+  %w = f32[4] parameter(), index=3
+  %fusion.12 = f32[4] fusion(%g0, %g1), kind=loop, calls={@fused.8}, stage=2
+  ROOT %fusion.7 = f32[4] fusion(%fusion.12, %g2, %w), kind=loop, calls={@fused.0}
+}
+)", true);
+}
+
 }  // namespace
 }  // namespace kiln::passes

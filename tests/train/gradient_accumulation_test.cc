@@ -3,6 +3,8 @@
 // meshes, and the activation memory the compiled plan holds does not grow with k.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -87,14 +89,20 @@ int64_t arena_bytes(int64_t accumulation) {
 }
 
 // Each micro-batch's instructions carry their scheduling stage (ir::Metadata::stage), so one
-// micro-batch's forward and backward passes finish before the next starts: from 2 to 8
-// micro-batches the arena holds one micro-batch's activations, the summed gradients and a
-// few scalars per micro-batch (measured: 4.19 MB at k=1, 6.73 at 2, 7.41 at 4, 8.76 at 8;
-// without the stages, 18.5 MB at 4). The step from 1 to 2 is the gradients' running sum.
+// micro-batch's forward and backward passes finish before the next starts; fusion keeps each
+// stage's share of the gradient sum in its own kernel, and a value several stages share (CSE)
+// is unstaged. From 2 to 8 micro-batches the arena holds one micro-batch's activations, the
+// summed gradients and a few scalars per micro-batch: measured 6.36 MB at k=1, 6.72 at 2,
+// 6.84 at 8. Without the stages it was 18.5 MB at 4; with the stages but the chain of sums
+// g0 + g1 + ... fused into one kernel, every micro-batch's gradients lived to the end (the
+// arena grew by the gradients' size per micro-batch; gpt-oss-small: 457 MiB at k=2, 1520 MiB
+// at k=8, now 478). The step from 1 to 2 is the gradients' running sum.
 TEST(GradientAccumulation, ActivationMemoryIsFlatInTheNumberOfMicroBatches) {
   const int64_t one = arena_bytes(1), two = arena_bytes(2), eight = arena_bytes(8);
-  EXPECT_LE(eight, two * 14 / 10) << "arena: k=2 " << two << " bytes, k=8 " << eight;
+  EXPECT_LE(eight, two * 105 / 100) << "arena: k=2 " << two << " bytes, k=8 " << eight;
   EXPECT_LE(two, one * 17 / 10) << "arena: k=1 " << one << " bytes, k=2 " << two;
+  std::printf("arena: k=1 %lld, k=2 %lld, k=8 %lld bytes\n", static_cast<long long>(one),
+              static_cast<long long>(two), static_cast<long long>(eight));
 }
 
 }  // namespace

@@ -69,6 +69,10 @@ int64_t cse_computation(ir::Computation& comp) {
       continue;
     }
     KILN_VLOG(2) << "cse: %" << instr->id() << " is %" << first->id();
+    // A value two scheduling stages compute (a weight's transpose in every micro-batch of
+    // gradient accumulation) belongs to neither: unstaged, it is placed when it is ready and
+    // fusion may read it from any stage's kernel.
+    if (instr->meta().stage != first->meta().stage) first->mutable_meta().stage = 0;
     instr->replace_all_uses_with(first);
     merged.push_back(instr);
   }

@@ -58,6 +58,17 @@ bool is_fusible_reduce(const Instr* i) {
   return !dims.empty() && dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
 }
 
+// Scheduling stages order the micro-batches of gradient accumulation (step_program.cc: stage
+// m + 1 is micro-batch m; 0 is unstaged work, scheduled as soon as it is ready). A group holds
+// unstaged instructions and those of at most one stage: a fusion runs as one kernel, so an
+// earlier stage's member would wait for the later stage with all its operands. Fused whole,
+// the chain of gradient sums g0 + g1 + ... + gk kept every micro-batch's gradients alive until
+// the last micro-batch ended, and memory grew with the number of micro-batches.
+bool of_another_stage(const Instr* o, int32_t group_stage) {
+  const int32_t s = o->meta().stage;
+  return s != 0 && group_stage != 0 && s != group_stage;
+}
+
 struct Group {
   Instr* root;
   std::vector<Instr*> members;  // program order once sorted
@@ -73,6 +84,7 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
   if (!is_elementwise(root)) g.kind = "input";
   std::unordered_set<const Instr*> in_group = {root};
   std::vector<Instr*> work = {root};
+  int32_t group_stage = root->meta().stage;
   while (!work.empty()) {
     Instr* cur = work.back();
     work.pop_back();
@@ -92,7 +104,10 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
           why = "an input fusion reads its operands at the loop index only";
         } else if (o->operand(0)->shape().rank() == 0 || o->operand(0)->shape().is_tuple()) {
           why = "a scalar or tuple operand";
+        } else if (of_another_stage(o, group_stage)) {
+          why = "another scheduling stage";
         } else if (int64_t saved = mapped_read_saving(o, in_group, &why); saved > 0) {
+          group_stage = std::max(group_stage, o->meta().stage);
           KILN_VLOG(2) << "fusion: %" << o->id() << " into %" << root->id() << " as a mapped read, " << saved
                        << " bytes saved";
           in_group.insert(o);
@@ -118,6 +133,11 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
                      << ": a transpose or broadcast reads it (it would be needed at two indices)";
         continue;
       }
+      if (of_another_stage(o, group_stage)) {
+        KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": another scheduling stage";
+        continue;
+      }
+      group_stage = std::max(group_stage, o->meta().stage);
       in_group.insert(o);
       g.members.push_back(o);
       work.push_back(o);
