@@ -59,6 +59,49 @@ ENTRY computation @main {
   ASSERT_EQ(remat.decisions().size(), 0u);  // the second run (check_pass) found nothing
 }
 
+TEST(Remat, ALayerInsideAMicroBatchScopeIsRecomputedInItsStage) {
+  // Gradient accumulation names micro-batch m's values "micro_batch_m.layers.N..." and gives
+  // them stage m + 1: they are layer N of that micro-batch, and the clones keep the stage.
+  RematPass remat = make("full");
+  check_pass(remat, R"(module @m
+
+ENTRY computation @main {
+  %x = f32[4] parameter(), index=0, name="embed"
+  %w = f32[4] parameter(), index=1, name="layers.0.mlp.wi_0"
+  %h = f32[4] mul(%x, %w), name="micro_batch_1.layers.0.mlp.mlpwi_0", stage=2
+  %a = f32[4] tanh(%h), name="micro_batch_1.layers.0.mlp.hidden", stage=2
+  %y = f32[4] add(%x, %a), name="micro_batch_1.layers.0.output", stage=2
+  %loss = f32[] reduce_sum(%y), dims={0}, name="micro_batch_1.loss", stage=2
+  %one = f32[] constant(1)
+  %dy = f32[4] broadcast(%one), dims={}, name="micro_batch_1.loss.grad", stage=2
+  %aa = f32[4] mul(%a, %a), name="micro_batch_1.layers.0.mlp.hidden.grad", stage=2
+  %d = f32[4] sub(%dy, %aa), name="micro_batch_1.layers.0.mlp.hidden.grad", stage=2
+  %dw = f32[4] mul(%d, %x), name="micro_batch_1.layers.0.mlp.mlpwi_0.grad", stage=2
+  ROOT %t = (f32[], f32[4]) tuple(%loss, %dw)
+}
+)",
+             R"(module @m
+
+ENTRY computation @main {
+  %x = f32[4] parameter(), index=0, name="embed"
+  %w = f32[4] parameter(), index=1, name="layers.0.mlp.wi_0"
+  %h = f32[4] mul(%x, %w), name="micro_batch_1.layers.0.mlp.mlpwi_0", stage=2
+  %a = f32[4] tanh(%h), name="micro_batch_1.layers.0.mlp.hidden", stage=2
+  %y = f32[4] add(%x, %a), name="micro_batch_1.layers.0.output", stage=2
+  %loss = f32[] reduce_sum(%y), dims={0}, name="micro_batch_1.loss", stage=2
+  %one = f32[] constant(1)
+  %dy = f32[4] broadcast(%one), dims={}, name="micro_batch_1.loss.grad", stage=2
+  %mul.0 = f32[4] mul(%x, %w), name="micro_batch_1.layers.0.mlp.mlpwi_0.remat", stage=2
+  %tanh.1 = f32[4] tanh(%mul.0), name="micro_batch_1.layers.0.mlp.hidden.remat", stage=2
+  %aa = f32[4] mul(%tanh.1, %tanh.1), name="micro_batch_1.layers.0.mlp.hidden.grad", stage=2
+  %d = f32[4] sub(%dy, %aa), name="micro_batch_1.layers.0.mlp.hidden.grad", stage=2
+  %dw = f32[4] mul(%d, %x), name="micro_batch_1.layers.0.mlp.mlpwi_0.grad", stage=2
+  ROOT %t = (f32[], f32[4]) tuple(%loss, %dw)
+}
+)",
+             true);
+}
+
 TEST(Remat, MinimalKeepsTheMlpwiDotAndRecomputesFromIt) {
   RematPass remat = make("minimal");
   check_pass(remat, kLayer, R"(module @m

@@ -20,14 +20,22 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// "layers.12" for "layers.12.mlp.hidden" or "layers.12"; "" otherwise.
+// "layers.12" for "layers.12.mlp.hidden" or "layers.12"; "" otherwise. A scope before it
+// stays part of the layer: "micro_batch_1.layers.12" (gradient accumulation) is a layer of
+// its own, apart from micro-batch 0's.
 std::string_view layer_prefix(std::string_view name) {
   constexpr std::string_view kLayers = "layers.";
-  if (!starts_with(name, kLayers)) return {};
-  size_t end = kLayers.size();
-  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-  if (end == kLayers.size() || (end < name.size() && name[end] != '.')) return {};
-  return name.substr(0, end);
+  for (size_t at = 0; at < name.size();) {
+    if (name.substr(at).starts_with(kLayers)) {
+      size_t end = at + kLayers.size();
+      while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+      if (end > at + kLayers.size() && (end == name.size() || name[end] == '.')) return name.substr(0, end);
+    }
+    const size_t dot = name.find('.', at);
+    if (dot == std::string_view::npos) break;
+    at = dot + 1;
+  }
+  return {};
 }
 
 // The checkpoint name MaxText's policies refer to: the last dotted part of the value's name.
