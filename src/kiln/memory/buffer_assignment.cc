@@ -1,6 +1,7 @@
 #include "kiln/memory/buffer_assignment.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <numeric>
 #include <unordered_map>
 
@@ -250,28 +251,33 @@ Result<BufferAssignment> assign_buffers(const ir::Computation& computation, cons
     a.max_live_arena_bytes = std::max(a.max_live_arena_bytes, live);
   }
   // Activations: arena buffers the forward pass writes and the backward pass reads. The
-  // boundary is the first gradient instruction in program order (the traced order: the
-  // schedule may hoist a gradient constant to the front).
-  const auto& program = computation.instructions();
-  size_t first_grad = program.size();
-  for (size_t i = 0; i < program.size(); ++i) {
-    if (ends_with_grad(program[i]->meta().name)) {
-      first_grad = i;
-      break;
+  // backward pass is every gradient instruction (named *.grad), every value it recomputes
+  // (*.remat, *.regather) and everything computed from them; the rest is the forward pass.
+  // (Program order does not tell them apart: passes append what they make, fusions
+  // included.) With scheduling stages (the micro-batches of gradient accumulation) each
+  // stage's backward pass reads its own stage's values, which are not alive together: the
+  // figure is the largest stage's.
+  std::unordered_set<const Instr*> backward;
+  for (const Instr* i : computation.post_order()) {
+    const std::string& name = i->meta().name;
+    bool b = ends_with_grad(name) || name.ends_with(".remat") || name.ends_with(".regather");
+    for (const Instr* o : i->operands()) b = b || backward.count(o) > 0;
+    if (b) backward.insert(i);
+  }
+  std::unordered_map<int32_t, std::vector<bool>> counted;  // by the reading stage
+  std::unordered_map<int32_t, int64_t> saved_bytes;
+  for (const auto& owned : computation.instructions()) {
+    const Instr* reader = owned.get();
+    if (!backward.count(reader)) continue;
+    const int32_t stage = reader->meta().stage;
+    std::vector<bool>& seen = counted.try_emplace(stage, buffers.size(), false).first->second;
+    for (int b : model.used(reader)) {
+      if (seen[b] || a.slots[b].placement != Placement::kArena || backward.count(buffers[b].def)) continue;
+      seen[b] = true;
+      saved_bytes[stage] += buffers[b].bytes;
     }
   }
-  std::unordered_map<const Instr*, size_t> program_pos;
-  for (size_t i = 0; i < program.size(); ++i) program_pos[program[i].get()] = i;
-  std::vector<bool> saved(buffers.size(), false);
-  for (size_t i = first_grad; i < program.size(); ++i) {
-    for (int b : model.used(program[i].get())) {
-      if (saved[b] || a.slots[b].placement != Placement::kArena) continue;
-      if (program_pos.at(buffers[b].def) < first_grad) {
-        saved[b] = true;
-        a.saved_activation_bytes += buffers[b].bytes;
-      }
-    }
-  }
+  for (const auto& [stage, bytes] : saved_bytes) a.saved_activation_bytes = std::max(a.saved_activation_bytes, bytes);
   return a;
 }
 

@@ -58,9 +58,10 @@ struct BufferAssignment {
   int in_place_reuses = 0;
   int donated_in_place = 0;       // donated outputs written into their argument's storage
   int donated_requested = 0;
-  // Arena bytes written before the first gradient instruction ("*.grad", in program order)
-  // and read by an instruction from there on: what the forward pass keeps for the backward
-  // pass. 0 when there is none.
+  // Arena bytes the forward pass writes and the backward pass (gradient instructions, named
+  // "*.grad", the values it recomputes, "*.remat" and "*.regather", and what is computed from
+  // them) reads: what the forward pass keeps for the backward pass. With scheduling stages
+  // (micro-batches), the largest stage's. 0 when there is none.
   int64_t saved_activation_bytes = 0;
 
   // One line per buffer in schedule order: instruction, element, shape, placement, offset
