@@ -6,8 +6,9 @@
 // allocated or run): time split into compute by kernel class, collectives by kind (exposed
 // and overlapped, from the schedule), host overhead; tokens/s, TFLOP/s and MFU; memory per
 // device against the target's capacity. The cost model: src/kiln/plan/cost_model.h.
-// --search ranks the meshes of the same device count (fsdp, expert, tensor, data) and
-// remat policies by predicted step time; --calibrate measures this CPU (plan/calibrate.h).
+// --search ranks the meshes of the same device count (fsdp, expert, tensor, data), remat
+// policies and, where those do not fit, micro-batching of the same global batch by predicted
+// step time; --calibrate measures this CPU (plan/calibrate.h).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -214,11 +215,25 @@ std::vector<std::array<int64_t, 4>> factorizations(int64_t devices) {
   return out;
 }
 
+// The micro-batch counts the search tries, in order: the config's own, then every larger
+// count that divides the global batch (the same global batch in smaller micro-batches).
+std::vector<int64_t> micro_batch_counts(const config::Config& base) {
+  const int64_t k0 = base.get_int("gradient_accumulation_steps");
+  const int64_t global = base.derived().global_batch_size;
+  std::vector<int64_t> out = {k0};
+  for (int64_t k = k0 + 1; k <= global; ++k) {
+    if (global % k == 0) out.push_back(k);
+  }
+  return out;
+}
+
 int run_search(const std::vector<std::string>& settings, const plan::Target& target, const config::Config& base,
                bool json) {
   const int64_t devices = base.derived().num_devices;
+  const int64_t global_batch = base.derived().global_batch_size;
   struct Row {
     std::string mesh, remat;
+    int64_t micro_batches = 1;
     double step_s = 0, memory_gib = 0;
     bool fits = false;
   };
@@ -226,25 +241,46 @@ int run_search(const std::vector<std::string>& settings, const plan::Target& tar
   std::vector<std::string> skipped;
   for (const auto& [f, e, t, d] : factorizations(devices)) {
     for (const char* remat : {"none", "full"}) {
-      std::vector<std::string> s = settings;
-      for (const std::string& kv :
-           {fmt::format("ici_fsdp_parallelism={}", f), fmt::format("ici_expert_parallelism={}", e),
-            fmt::format("ici_tensor_parallelism={}", t), fmt::format("ici_data_parallelism={}", d),
-            std::string("remat_policy=") + remat}) {
-        s.push_back(kv);
+      // Micro-batching trades step time for activation memory, so a mesh and remat policy
+      // that fit are not split further; one that does not fit tries more, smaller
+      // micro-batches of the same global batch until it fits or they run out.
+      std::string error;  // why the last count did not compile
+      bool compiled = false;
+      for (int64_t k : micro_batch_counts(base)) {
+        std::vector<std::string> s = settings;
+        for (const std::string& kv :
+             {fmt::format("ici_fsdp_parallelism={}", f), fmt::format("ici_expert_parallelism={}", e),
+              fmt::format("ici_tensor_parallelism={}", t), fmt::format("ici_data_parallelism={}", d),
+              std::string("remat_policy=") + remat}) {
+          s.push_back(kv);
+        }
+        if (k != base.get_int("gradient_accumulation_steps")) {
+          // per_device_batch_size is per micro-batch (MaxText's semantics); a model file may
+          // set it, hence the override.
+          const double per_device = static_cast<double>(global_batch / k) / static_cast<double>(devices);
+          for (const std::string& kv : {std::string("override_model_config=true"),
+                                        fmt::format("per_device_batch_size={}", per_device),
+                                        fmt::format("gradient_accumulation_steps={}", k)}) {
+            s.push_back(kv);
+          }
+        }
+        const std::string mesh = fmt::format("fsdp={} expert={} tensor={} data={}", f, e, t, d);
+        Result<Planned> pl = plan_config(s, target, {});
+        if (!pl.ok()) {
+          error = fmt::format("{} remat={} micro-batches={}: {}", mesh, remat, k, pl.status().message());
+          continue;
+        }
+        compiled = true;
+        const double mem = gib(pl->step.memory.total());
+        rows.push_back({mesh, remat, k, pl->prediction.step_s, mem, mem <= target.memory_gib});
+        if (!json) {
+          std::printf("  %s remat=%s micro-batches=%lld: %.4f s, %.2f GiB\n", mesh.c_str(), remat,
+                      static_cast<long long>(k), pl->prediction.step_s, mem);
+          std::fflush(stdout);
+        }
+        if (rows.back().fits) break;
       }
-      const std::string mesh = fmt::format("fsdp={} expert={} tensor={} data={}", f, e, t, d);
-      Result<Planned> pl = plan_config(s, target, {});
-      if (!pl.ok()) {
-        skipped.push_back(fmt::format("{} remat={}: {}", mesh, remat, pl.status().message()));
-        continue;
-      }
-      const double mem = gib(pl->step.memory.total());
-      rows.push_back({mesh, remat, pl->prediction.step_s, mem, mem <= target.memory_gib});
-      if (!json) {
-        std::printf("  %s remat=%s: %.4f s, %.2f GiB\n", mesh.c_str(), remat, pl->prediction.step_s, mem);
-        std::fflush(stdout);
-      }
+      if (!compiled) skipped.push_back(error);
     }
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
@@ -253,8 +289,8 @@ int run_search(const std::vector<std::string>& settings, const plan::Target& tar
   if (rows.empty() || !rows.front().fits) {
     const std::string smallest =
         rows.empty() ? std::string("no mesh compiled")
-                     : fmt::format("the smallest, {} remat={}, needs {:.2f} GiB", rows.front().mesh, rows.front().remat,
-                                   rows.front().memory_gib);
+                     : fmt::format("the smallest, {} remat={} micro-batches={}, needs {:.2f} GiB", rows.front().mesh,
+                                   rows.front().remat, rows.front().micro_batches, rows.front().memory_gib);
     const double need = rows.empty() ? 0 : rows.front().memory_gib / target.memory_gib;
     std::fprintf(stderr,
                  "kiln plan: error: %s does not fit %s (%.1f GiB per device) on any mesh of %lld devices: %s; try about "
@@ -267,19 +303,24 @@ int run_search(const std::vector<std::string>& settings, const plan::Target& tar
   if (json) {
     ordered_json j = ordered_json::array();
     for (const Row& r : rows) {
-      j.push_back({{"mesh", r.mesh}, {"remat_policy", r.remat}, {"step_s", r.step_s}, {"memory_gib", r.memory_gib},
+      j.push_back({{"mesh", r.mesh},
+                   {"remat_policy", r.remat},
+                   {"gradient_accumulation_steps", r.micro_batches},
+                   {"step_s", r.step_s},
+                   {"memory_gib", r.memory_gib},
                    {"fits", r.fits}});
     }
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("meshes of %lld devices for %s on %s, fastest first (memory capacity %.1f GiB):\n",
+  std::printf("meshes of %lld devices for %s on %s, fastest first (memory capacity %.2f GiB):\n",
               static_cast<long long>(devices), base.get_string("model_name").c_str(), target.name.c_str(),
               target.memory_gib);
   for (size_t i = 0; i < rows.size() && i < 5; ++i) {
     const Row& r = rows[i];
-    std::printf("  %zu. %-36s remat=%-4s %.4f s/step, %.2f GiB%s\n", i + 1, r.mesh.c_str(), r.remat.c_str(), r.step_s,
-                r.memory_gib, r.fits ? "" : " (does not fit)");
+    std::printf("  %zu. %-36s remat=%-4s micro-batches=%-3lld %.4f s/step, %.2f GiB%s\n", i + 1, r.mesh.c_str(),
+                r.remat.c_str(), static_cast<long long>(r.micro_batches), r.step_s, r.memory_gib,
+                r.fits ? "" : " (does not fit)");
   }
   size_t unfit = std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.fits; });
   std::printf("  (%zu candidates compiled, %zu do not fit, %zu not valid for this model)\n", rows.size(), unfit,
@@ -302,7 +343,7 @@ std::function<int()> add_plan_command(CLI::App& cmd) {
       ->type_name("[CONFIG.yml] [key=value ...] [target=NAME]");
   cmd.add_flag("--json", opts->json, "Print the prediction as one JSON object");
   cmd.add_flag("--calibrate", opts->calibrate, "Measure this CPU for the config's mesh and write the cpu target");
-  cmd.add_flag("--search", opts->search, "Rank the meshes and remat policies of the same device count");
+  cmd.add_flag("--search", opts->search, "Rank the meshes, remat policies and micro-batching of the same device count and global batch");
   cmd.add_option("--output", opts->output,
                  "With --calibrate: write the target here (default: the cpu target's place in the cache folder)");
   cmd.add_option("--routing-from", opts->routing_from,

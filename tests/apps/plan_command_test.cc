@@ -97,6 +97,44 @@ std::string tiny_target() {
   return path;
 }
 
+// A copy of h100.yml with `capacity` GiB per device.
+std::string target_with_capacity(double capacity, const std::string& name) {
+  const std::filesystem::path dir = kiln::testing::fresh_temp_dir("kiln_plan_" + name);
+  std::ifstream in(std::string(KILN_SOURCE_DIR) + "/configs/targets/h100.yml");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const size_t at = text.find("capacity_gib:");
+  text.replace(at, text.find('#', at) - at, "capacity_gib: " + std::to_string(capacity) + "  ");
+  const std::string path = (dir / (name + ".yml")).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+// One device, 8 sequences per step: on a target with room for the step in 8 micro-batches of
+// one sequence but not in one of 8 (with or without remat), the search splits the batch and
+// says so; the global batch stays 8.
+TEST(PlanCommand, SearchSplitsTheBatchIntoMicroBatchesWhereItDoesNotFit) {
+  const std::string big = "model_name=gpt-oss-tiny override_model_config=true max_target_length=512 local_devices=1";
+  auto gib = [](const nlohmann::json& j) { return j["memory_per_device_bytes"]["total"].get<double>() / (1 << 30); };
+  const double whole = std::min(gib(plan_json(big + " per_device_batch_size=8 target=h100")),
+                                gib(plan_json(big + " per_device_batch_size=8 remat_policy=full target=h100")));
+  const double split = gib(plan_json(big + " per_device_batch_size=1 gradient_accumulation_steps=8 target=h100"));
+  ASSERT_LT(split, whole) << "8 micro-batches should need less memory than one";
+  const std::string target = target_with_capacity((split + whole) / 2, "micro");
+  kiln::testing::CliRun r =
+      run_command(KILN_BINARY, "plan --search --json " + big + " per_device_batch_size=8 target=" + target);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json rows = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(rows.empty());
+  EXPECT_TRUE(rows[0]["fits"].get<bool>());
+  EXPECT_GT(rows[0]["gradient_accumulation_steps"].get<int64_t>(), 1) << rows.dump(2);
+  for (const auto& row : rows) {
+    EXPECT_EQ(8 % row["gradient_accumulation_steps"].get<int64_t>(), 0) << row.dump();
+    if (row["gradient_accumulation_steps"].get<int64_t>() == 1) {
+      EXPECT_FALSE(row["fits"].get<bool>()) << row.dump();
+    }
+  }
+}
+
 TEST(PlanCommand, BadInputIsOneLine) {
   auto one_line = [](const kiln::testing::CliRun& r) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
