@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "command.h"
-#include "hugepage_heap.h"
+#include "malloc_settings.h"
 #include "kiln/base/logging.h"
 
 namespace kiln::app {
@@ -64,6 +64,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   kiln::app::reexec_with_hugepage_heap(argv);  // first: a tunable is read at process start
+  kiln::app::fix_mmap_threshold();
   try {
     return kiln::app::run(argc, argv);
   } catch (const std::exception& e) {
