@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "mpi_link.h"
 #include "kiln/config/config.h"
 #include "kiln/plan/calibrate.h"
 #include "kiln/plan/compiled_step.h"
@@ -334,7 +335,7 @@ std::function<int()> add_plan_command(CLI::App& cmd) {
   struct Options {
     std::vector<std::string> settings;
     bool json = false, calibrate = false, search = false;
-    std::string routing_from, output;
+    std::string routing_from, output, measure_mpi_link;
   };
   auto opts = std::make_shared<Options>();
   cmd.add_option("settings", opts->settings,
@@ -343,12 +344,19 @@ std::function<int()> add_plan_command(CLI::App& cmd) {
       ->type_name("[CONFIG.yml] [key=value ...] [target=NAME]");
   cmd.add_flag("--json", opts->json, "Print the prediction as one JSON object");
   cmd.add_flag("--calibrate", opts->calibrate, "Measure this CPU for the config's mesh and write the cpu target");
-  cmd.add_flag("--search", opts->search, "Rank the meshes, remat policies and micro-batching of the same device count and global batch");
+  cmd.add_flag("--search", opts->search,
+               "Rank the meshes, remat policies and micro-batching of the same device count and global batch");
   cmd.add_option("--output", opts->output,
                  "With --calibrate: write the target here (default: the cpu target's place in the cache folder)");
   cmd.add_option("--routing-from", opts->routing_from,
                  "A MoE run directory (or its metrics.jsonl): also predict under the expert load it observed");
+  // The MPI job --calibrate launches to measure the link between ranks (mpi_link.h).
+  cmd.add_option("--measure-mpi-link", opts->measure_mpi_link)->group("");
   return [opts]() -> int {
+    if (!opts->measure_mpi_link.empty()) {
+      Status s = measure_mpi_link(opts->measure_mpi_link);
+      return s.ok() ? kExitOk : report_error(s);
+    }
     std::vector<std::string> settings = opts->settings;
     const std::string target_name = take_target(settings);
     Result<config::Config> cfg = config::load(settings);
@@ -357,6 +365,7 @@ std::function<int()> add_plan_command(CLI::App& cmd) {
     if (opts->calibrate) {
       plan::CalibrateOptions co;
       co.log = [](const std::string& l) { std::printf("  %s\n", l.c_str()); std::fflush(stdout); };
+      co.inter_link = run_mpi_link_job;
       std::printf("calibrating this CPU for %d thread(s) per device with %s\n", threads,
                   cfg->get_string("model_name").c_str());
       Result<plan::Target> t = plan::calibrate_cpu(settings, co);

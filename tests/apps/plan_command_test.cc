@@ -162,13 +162,18 @@ TEST(PlanCommand, BadInputIsOneLine) {
 }
 
 TEST(PlanCommand, CalibrateWritesATargetThatPlanReads) {
+  // Measures the link between two MPI ranks too (mpiexec, as the MPI tests run it).
   const std::filesystem::path dir = kiln::testing::fresh_temp_dir("kiln_plan_calibrate");
   const std::string out = (dir / "cpu.yml").string();
   kiln::testing::CliRun r = run_command(KILN_BINARY, "plan --calibrate " + kTiny + " --output " + out);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const char* line : {"peaks:", "memory bandwidth:", "gemm:", "fused:", "host:"}) {
+  for (const char* line : {"peaks:", "memory bandwidth:", "inter link:", "gemm:", "fused:", "host:"}) {
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   }
+  // The link between MPI ranks, measured by the job --calibrate launched.
+  std::ifstream in(out);
+  const std::string written((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(written.find("MPI between 2 ranks, one device each"), std::string::npos) << written;
   nlohmann::json j = plan_json(kTiny + " target=" + out);
   EXPECT_EQ(j["target"].get<std::string>(), "cpu");
   EXPECT_GT(j["host_s"].get<double>(), 0);  // measured between the instructions

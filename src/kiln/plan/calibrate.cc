@@ -71,41 +71,9 @@ double measure_bandwidth_gbs(int64_t devices) {
   return sum / static_cast<double>(devices);
 }
 
-// All-gathers over every local device for chunks of 4 KiB .. 32 MiB: latency per hop and
-// bandwidth fitted to the ring model (t = (g-1) latency + (g-1)/g bytes / bandwidth).
 Result<Link> measure_local_link(int64_t devices) {
-  Link link;
-  link.name = fmt::format("shared memory between {} virtual devices", devices);
   runtime::LocalWorld world(devices);
-  runtime::Group group;
-  for (int64_t d = 0; d < devices; ++d) group.push_back(d);
-  const std::vector<size_t> chunks = {size_t{4} << 10, size_t{256} << 10, size_t{4} << 20, size_t{32} << 20};
-  std::vector<std::vector<double>> best(static_cast<size_t>(devices), std::vector<double>(chunks.size(), 1e30));
-  KILN_RETURN_IF_ERROR(runtime::run_on_devices(world, [&](int64_t d) -> Status {
-    runtime::Collectives& c = world.device(d);
-    for (size_t k = 0; k < chunks.size(); ++k) {
-      std::vector<char> in(chunks[k], static_cast<char>(d)), out(chunks[k] * static_cast<size_t>(devices));
-      for (int rep = 0; rep < 7; ++rep) {
-        KILN_RETURN_IF_ERROR(c.barrier(group));
-        const auto t0 = Clock::now();
-        KILN_RETURN_IF_ERROR(c.all_gather(group, in.data(), in.size(), out.data())->wait());
-        best[static_cast<size_t>(d)][k] = std::min(best[static_cast<size_t>(d)][k], seconds_since(t0));
-      }
-    }
-    return ok_status();
-  }));
-  const double g = static_cast<double>(devices);
-  std::vector<std::pair<double, double>> samples;  // (ring bytes, seconds), the slowest member
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    double t = 0;
-    for (int64_t d = 0; d < devices; ++d) t = std::max(t, best[static_cast<size_t>(d)][k]);
-    samples.push_back({(g - 1) / g * static_cast<double>(chunks[k]) * g, t});
-  }
-  auto [a, b] = linear_fit(samples);
-  if (b <= 0) b = samples.back().second / samples.back().first;
-  link.bandwidth_gbs = 1.0 / b / 1e9;
-  link.latency_us = std::max(0.0, a) / (g - 1) * 1e6;
-  return link;
+  return measure_link(world, fmt::format("shared memory between {} virtual devices", devices));
 }
 
 // Times every instruction device 0 runs (the others run the same program).
@@ -197,6 +165,41 @@ std::string today() {
 
 }  // namespace
 
+Result<Link> measure_link(runtime::World& world, const std::string& name) {
+  Link link;
+  link.name = name;
+  const int64_t devices = world.num_devices(), local = world.local_devices();
+  runtime::Group group;
+  for (int64_t d = 0; d < devices; ++d) group.push_back(d);
+  const std::vector<size_t> chunks = {size_t{4} << 10, size_t{256} << 10, size_t{4} << 20, size_t{32} << 20};
+  std::vector<std::vector<double>> best(static_cast<size_t>(local), std::vector<double>(chunks.size(), 1e30));
+  KILN_RETURN_IF_ERROR(runtime::run_on_devices(world, [&](int64_t d) -> Status {
+    runtime::Collectives& c = world.device(d);
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      std::vector<char> in(chunks[k], static_cast<char>(d)), out(chunks[k] * static_cast<size_t>(devices));
+      for (int rep = 0; rep < 7; ++rep) {
+        KILN_RETURN_IF_ERROR(c.barrier(group));
+        const auto t0 = Clock::now();
+        KILN_RETURN_IF_ERROR(c.all_gather(group, in.data(), in.size(), out.data())->wait());
+        best[static_cast<size_t>(d)][k] = std::min(best[static_cast<size_t>(d)][k], seconds_since(t0));
+      }
+    }
+    return ok_status();
+  }));
+  const double g = static_cast<double>(devices);
+  std::vector<std::pair<double, double>> samples;  // (ring bytes, seconds), the slowest member here
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    double t = 0;
+    for (int64_t d = 0; d < local; ++d) t = std::max(t, best[static_cast<size_t>(d)][k]);
+    samples.push_back({(g - 1) / g * static_cast<double>(chunks[k]) * g, t});
+  }
+  auto [a, b] = linear_fit(samples);
+  if (b <= 0) b = samples.back().second / samples.back().first;
+  link.bandwidth_gbs = 1.0 / b / 1e9;
+  link.latency_us = std::max(0.0, a) / (g - 1) * 1e6;
+  return link;
+}
+
 KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples) {
   KernelRate r;
   if (samples.empty()) return r;
@@ -242,9 +245,20 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   } else {
     t.intra = {"none (one device)", t.memory_bandwidth_gbs, 0};
   }
+  log(fmt::format("link: {:.1f} GB/s, {:.1f} us per hop ({})", t.intra.bandwidth_gbs, t.intra.latency_us, t.intra.name));
   t.inter = t.intra;
   t.inter.name = "MPI between ranks (not measured: the intra figures)";
-  log(fmt::format("link: {:.1f} GB/s, {:.1f} us per hop ({})", t.intra.bandwidth_gbs, t.intra.latency_us, t.intra.name));
+  if (options.inter_link) {
+    Result<Link> inter = options.inter_link();
+    if (inter.ok()) {
+      t.inter = *inter;
+      log(fmt::format("inter link: {:.1f} GB/s, {:.1f} us per hop ({})", t.inter.bandwidth_gbs, t.inter.latency_us,
+                      t.inter.name));
+    } else {
+      t.inter.name = "MPI between ranks (not measured: " + inter.status().message() + "; the intra figures)";
+      log("inter link not measured: " + inter.status().message());
+    }
+  }
 
   // The step's own kernels, f32 and bf16: per class (roofline seconds, measured seconds).
   std::vector<std::pair<double, double>> per_class[static_cast<int>(KernelKind::kCount)];
@@ -295,8 +309,9 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   log(fmt::format("host: {:.1f} us between instructions", t.host_us_per_kernel));
   t.calibrated = fmt::format("{} by kiln plan --calibrate {}", today(), fmt::join(settings, " "));
   t.sources = {fmt::format("measured on this machine by kiln plan --calibrate on {}: peaks by the FMA and bf16 "
-                           "dot-product loops (backend/cpu/gemm/cpu_peak.h), bandwidth by a triad, the link by all-gathers "
-                           "between virtual devices, kernel classes and host time from the config's own step",
+                           "dot-product loops (backend/cpu/gemm/cpu_peak.h), bandwidth by a triad, the links by all-gathers "
+                           "between virtual devices and between MPI ranks, kernel classes and host time from the "
+                           "config's own step",
                            today())};
   return t;
 }
