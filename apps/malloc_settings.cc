@@ -21,9 +21,10 @@
 // 32 MiB); blocks below it then come from the heap, whose freed pages stay resident. A
 // training process frees large host buffers (collective scratch, the init program's values)
 // in its first steps, so its heap kept growing past what the compiled plan counts: 4 MPI
-// ranks of 102 M parameters on fsdp 4 peaked 9-13% over their plan, fsdp 2 x expert 2 7-8%.
-// With the threshold fixed at 1 MiB (glibc then stops moving it): 8.5-9.5% and 4-6%
-// (tests/e2e/bigger_than_process_test.py), with the same step time and `kiln compile` time.
+// ranks of 102 M parameters on fsdp 4 peaked 9-14% over their plan, fsdp 2 x expert 2 7-8%.
+// With the threshold fixed at 1 MiB (glibc then stops moving it): 5.7-9.6% and 4.3-7.5% in
+// two runs (tests/e2e/bigger_than_process_test.py), with the same step time and `kiln
+// compile` time.
 // MALLOC_MMAP_THRESHOLD_ in the environment still overrides it (glibc reads it first; this
 // keeps a value the user set).
 #include "malloc_settings.h"

@@ -1,9 +1,9 @@
 #include "kiln/memory/buffer_assignment.h"
 
 #include <algorithm>
-#include <unordered_set>
 #include <numeric>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
