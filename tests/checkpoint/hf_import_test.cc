@@ -109,6 +109,32 @@ TEST(HfImport, ABlockOfEveryTensorIsThatBlockOfTheWholeTensor) {
   EXPECT_FALSE(plan->checkpoint.produce_block(plan->tensors.front(), outside).ok());
 }
 
+// A device's block of a transposed tensor split along the source's columns (Kiln dim 0 of
+// [cols, rows]) reads only its band of each source row: half the tensor's bytes for half of
+// dim 0, not all of them.
+TEST(HfImport, AColumnBlockOfATransposedTensorReadsOnlyItsBand) {
+  const fs::path dir = fresh_dir("band");
+  write_hf_fixture(dir / "hf");
+  auto plan = plan_hf_import((dir / "hf").string());
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  int64_t checked = 0;
+  for (const KilnFromHf& t : plan->tensors) {
+    if (t.transform != HfTransform::kTranspose || t.shape.rank() != 2 || t.shape.dim(0) < 2) continue;
+    const int64_t bytes = t.shape.byte_size();
+    const std::vector<int64_t>& dims = t.shape.dims();
+    for (int64_t part = 0; part < 2; ++part) {
+      Region half{{part * (dims[0] - dims[0] / 2), 0}, {dims[0] / 2, dims[1]}};
+      const int64_t before = plan->checkpoint.block_bytes_read();
+      auto got = plan->checkpoint.produce_block(t, half);
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      const int64_t read = plan->checkpoint.block_bytes_read() - before;
+      EXPECT_EQ(read, static_cast<int64_t>(got->size())) << t.name << ": read " << read << " of " << bytes << " bytes";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0) << "the fixture has no transposed tensor";
+}
+
 TEST(HfImport, StreamingImportMatchesTheInMemoryConverterByteForByte) {
   const fs::path dir = fresh_dir("identity");
   write_hf_fixture(dir / "hf");

@@ -328,33 +328,48 @@ Result<std::string> HfCheckpoint::produce_block(const KilnFromHf& t, const Regio
                           t.shape.to_string(), t.name);
   }
   if (block.num_elements() == 0) return out;
-  // The source rows the block reads from.
-  int64_t r_lo = map.rows, r_hi = -1;
+  // The source rows and columns the block reads from.
+  int64_t r_lo = map.rows, r_hi = -1, c_lo = map.cols, c_hi = -1;
   for_each_block_run(dims, block, [&](int64_t, int64_t global, int64_t count) {
     for (int64_t k = global; k < global + count; ++k) {
-      const int64_t r = map.source_of(k) / map.cols;
-      r_lo = std::min(r_lo, r);
-      r_hi = std::max(r_hi, r);
+      const int64_t s = map.source_of(k);
+      r_lo = std::min(r_lo, s / map.cols);
+      r_hi = std::max(r_hi, s / map.cols);
+      c_lo = std::min(c_lo, s % map.cols);
+      c_hi = std::max(c_hi, s % map.cols);
     }
   });
   Fd fd;
   KILN_ASSIGN_OR_RETURN(int f, open_read(at.file->path, fd));
   const uint64_t base = at.file->data_start + e.begin;
-  const int64_t row_bytes = map.cols * elem;
-  const int64_t chunk_rows = std::max<int64_t>(1, kHfImportChunkBytes / std::max<int64_t>(1, row_bytes));
+  // A block that needs a narrow band of every source row (a transposed tensor split along
+  // the source's columns) reads just that band of each row, one read per row; otherwise
+  // whole rows, many at a time.
+  const bool band = (c_hi - c_lo + 1) * 2 <= map.cols;
+  const int64_t col0 = band ? c_lo : 0, read_cols = band ? c_hi - c_lo + 1 : map.cols;
+  const int64_t read_bytes = read_cols * elem;
+  const int64_t chunk_rows = std::max<int64_t>(1, kHfImportChunkBytes / std::max<int64_t>(1, read_bytes));
   std::string chunk;
   for (int64_t r0 = r_lo; r0 <= r_hi; r0 += chunk_rows) {
     const int64_t r1 = std::min(r_hi + 1, r0 + chunk_rows);
-    chunk.resize(static_cast<size_t>((r1 - r0) * row_bytes));
-    KILN_RETURN_IF_ERROR(pread_fd_all(f, chunk.data(), chunk.size(), base + r0 * row_bytes, at.file->path,
-                                      "tensor " + at.key));
+    chunk.resize(static_cast<size_t>((r1 - r0) * read_bytes));
+    if (band) {
+      for (int64_t r = r0; r < r1; ++r) {
+        KILN_RETURN_IF_ERROR(pread_fd_all(f, chunk.data() + (r - r0) * read_bytes, static_cast<size_t>(read_bytes),
+                                          base + (r * map.cols + col0) * elem, at.file->path, "tensor " + at.key));
+      }
+    } else {
+      KILN_RETURN_IF_ERROR(pread_fd_all(f, chunk.data(), chunk.size(), base + r0 * read_bytes, at.file->path,
+                                        "tensor " + at.key));
+    }
+    *bytes_read_ += static_cast<int64_t>(chunk.size());
     for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t c = 0; c < map.cols; ++c) {
+      for (int64_t c = c_lo; c <= c_hi; ++c) {
         const int64_t k = map.kiln_of(r, c);
         if (k < 0) continue;
         const int64_t pos = block_position(k, dims, block);
         if (pos < 0) continue;
-        std::memcpy(out.data() + pos * elem, chunk.data() + ((r - r0) * map.cols + c) * elem, elem);
+        std::memcpy(out.data() + pos * elem, chunk.data() + ((r - r0) * read_cols + (c - col0)) * elem, elem);
       }
     }
   }

@@ -16,6 +16,9 @@
 // they are kept here, where the float64 route may quiet them).
 #pragma once
 
+#include <atomic>
+#include <memory>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -47,8 +50,11 @@ class HfCheckpoint {
   // The bytes of `block` (a region of t.shape) alone, as copy_overlap would cut them from
   // produce(t): only the source rows the block touches are read, kHfImportChunkBytes at a
   // time (MXFP4: one expert's rows at a time), so the process holds the block and one chunk,
-  // never the whole tensor.
+  // never the whole tensor; of each row, only the band of columns it needs when that is at
+  // most half the row (a transposed tensor split along the source's columns).
   Result<std::string> produce_block(const KilnFromHf& t, const Region& block) const;
+  // Bytes of plain (not MXFP4) tensor data produce_block has read so far, from every thread.
+  int64_t block_bytes_read() const { return bytes_read_->load(); }
 
  private:
   // Where a tensor's bytes lie: one file entry, or for MXFP4 its blocks and scales.
@@ -67,6 +73,7 @@ class HfCheckpoint {
   std::map<std::string, Location> where_;
   HfShapes shapes_;
   int64_t file_bytes_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> bytes_read_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // Everything `kiln convert --from hf` reads and checks before it writes anything:
