@@ -145,9 +145,18 @@ table() {
 
 # ---- scenarios -------------------------------------------------------------------------------
 
+# Judged by the ranks' lines, not mpirun's status: OpenMPI's launcher can crash in its own
+# teardown (PMIx_server_finalize) after every rank has finished, which under set -e and
+# pipefail ended the whole script without a word.
 show_placement() {
-  launch "$1" 4 sh -c 'echo "  rank $OMPI_COMM_WORLD_RANK: host $(hostname), address $(ip -4 -o addr show eth0 | awk "{print \$4}")"' |
-    sort
+  local lines rc=0
+  lines=$(launch "$1" 4 sh -c 'echo "  rank $OMPI_COMM_WORLD_RANK: host $(hostname), address $(ip -4 -o addr show eth0 | awk "{print \$4}")"') || rc=$?
+  if [[ $(grep -c '^  rank ' <<<"$lines") -ne 4 ]]; then
+    printf '%s\n' "$lines"
+    die "the placement check did not start 4 ranks (mpirun exit $rc)"
+  fi
+  ((rc == 0)) || say "mpirun exited $rc after all 4 ranks had printed their placement (its teardown); going on"
+  sort <<<"$lines"
 }
 
 cmd_compare() {
