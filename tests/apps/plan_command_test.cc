@@ -85,18 +85,6 @@ TEST(PlanCommand, SearchRanksTheMeshesThatFit) {
   }
 }
 
-// A copy of h100.yml with room for almost nothing.
-std::string tiny_target() {
-  const std::filesystem::path dir = kiln::testing::fresh_temp_dir("kiln_plan_target");
-  std::ifstream in(std::string(KILN_SOURCE_DIR) + "/configs/targets/h100.yml");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  const size_t at = text.find("capacity_gib:");
-  text.replace(at, text.find('#', at) - at, "capacity_gib: 0.001  ");
-  const std::string path = (dir / "small.yml").string();
-  std::ofstream(path) << text;
-  return path;
-}
-
 // A copy of h100.yml with `capacity` GiB per device.
 std::string target_with_capacity(double capacity, const std::string& name) {
   const std::filesystem::path dir = kiln::testing::fresh_temp_dir("kiln_plan_" + name);
@@ -147,7 +135,7 @@ TEST(PlanCommand, BadInputIsOneLine) {
   r = run_command(KILN_BINARY, "plan " + kTiny + " local_devices=3 ici_fsdp_parallelism=2 target=h100");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   one_line(r);
-  const std::string small = tiny_target();
+  const std::string small = target_with_capacity(0.001, "small");  // room for almost nothing
   r = run_command(KILN_BINARY, "plan " + kTiny + " target=" + small);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos) << r.out;
