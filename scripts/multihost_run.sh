@@ -93,11 +93,40 @@ launch() {
   preflight "$hostfile" "$cluster agent" || return 1
   local -a root=()
   [[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
-  mpirun "${root[@]}" -np "$np" --hostfile "$hostfile" "${mpi[@]}" \
+  # mpirun runs in a session of its own, so that no signal meant for its process group can
+  # reach this script (CI twice saw this script end without a word during the first training
+  # launch; the cause is not known). A signal to this script is passed on (stop_launches).
+  setsid -w mpirun "${root[@]}" -np "$np" --hostfile "$hostfile" "${mpi[@]}" \
     -x OMP_NUM_THREADS=1 -x KILN_PROGRESS=off -x KILN_COLLECTIVE_TIMEOUT_S="$timeout_s" \
     -x KILN_CONFIGS_DIR="$repo/configs" -x KILN_CACHE_DIR="${KILN_CACHE_DIR:-${HOME:-/root}/.cache/kiln}" \
-    -x OMPI_MCA_btl_vader_single_copy_mechanism=none -x ASAN_OPTIONS=detect_leaks=0 "$@"
+    -x OMPI_MCA_btl_vader_single_copy_mechanism=none -x ASAN_OPTIONS=detect_leaks=0 "$@" &
+  local pid=$! rc=0
+  echo "$pid" >>"$launched"
+  wait "$pid" || rc=$?
+  return "$rc"
 }
+
+# Ends every mpirun this script started on INT, TERM or HUP: each leads a session and process
+# group of its own (setsid without a fork: the background child is no group leader).
+launched=$(mktemp /tmp/kiln_launched.XXXXXX)
+stop_launches() {
+  local pid
+  while read -r pid; do
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  done <"$launched" 2>/dev/null || true
+}
+on_signal() {  # NAME STATUS
+  echo "multihost: stopped by $1; ending the mpirun jobs it started" >&2
+  stop_launches
+  exit "$2"
+}
+# Never end without a word: a command failing under set -e, or a signal, names itself.
+set -o errtrace
+trap 'echo "multihost: error: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
+trap 'on_signal SIGINT 130' INT
+trap 'on_signal SIGTERM 143' TERM
+trap 'on_signal SIGHUP 129' HUP
+trap 'rm -f "$launched"' EXIT
 
 bytes_through_links() {  # total bytes through every host link (both directions)
   cat /sys/class/net/kiln-v*/statistics/{rx,tx}_bytes 2>/dev/null | awk '{s += $1} END {print s + 0}'
@@ -326,11 +355,11 @@ kiln=$(readlink -f "$kiln")
 
 brought_up=0
 cleanup() {
+  rm -f "$launched"
   if ((brought_up)); then "$cluster" down >/dev/null; fi
   if ((!keep)) && [[ -n $out ]]; then rm -rf "$out"; fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
 if [[ -z $(ip netns list | grep -E '^kiln-h[01]( |$)' || true) ]] || [[ $(ip netns list | grep -cE '^kiln-h[01]( |$)') -lt 2 ]]; then
   "$cluster" up 2 >/dev/null
   brought_up=1

@@ -22,7 +22,9 @@ cluster=$repo/scripts/netns_cluster.sh
 [[ -x $kiln ]] || { echo "multihost_test: no kiln binary at $kiln"; exit 1; }
 
 trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
-trap 'exit 130' INT TERM
+trap 'echo "multihost_test: stopped by SIGINT" >&2; exit 130' INT
+trap 'echo "multihost_test: stopped by SIGTERM" >&2; exit 143' TERM
+trap 'echo "multihost_test: error: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
 "$cluster" up 2
 KILN_COLLECTIVE_TIMEOUT_S=20 "$repo/scripts/multihost_run.sh" --kiln "$kiln" --steps 4 --dead-steps 40 all
 
