@@ -34,13 +34,21 @@ SIZES = {
 }
 
 
+# adam_eps=1e-6 (the default is 1e-8): the sharded run sums each gradient in another order than
+# the single device (the ranks' partial sums, then the reduce-scatter), so an element whose terms
+# nearly cancel comes out with another rounding, and Adam, which divides by that element's own
+# size, turns the difference into an update of up to the learning rate. With 1e-8 whether that
+# happens within 20 steps depends on the initial values: on the large model with
+# init_weights_seed=0 the fsdp 4 losses agree to 1e-7 for 12 steps and then drift to 3.9e-5;
+# with seeds 1 and 2, or with adam_eps=1e-6, they stay within 2e-7 for all 20 (docs/sharding.md).
+# The larger epsilon keeps this test about the sharded runtime, not about that amplification.
 def model(s):
     return [
         "model_name=gpt-oss-tiny", "override_model_config=true", f"base_emb_dim={s['emb']}",
         f"base_mlp_dim={s['mlp']}", f"base_moe_mlp_dim={s['moe']}", "head_dim=64", "base_num_query_heads=4",
         "base_num_kv_heads=2", f"base_num_decoder_layers={s['layers']}", f"vocab_size={s['vocab']}",
         f"num_experts={s['experts']}", "num_experts_per_tok=2", "sliding_window_size=16", "max_target_length=32",
-        "learning_rate=1e-3", "log_period=100", "enable_tensorboard=false", "enable_checkpointing=false",
+        "learning_rate=1e-3", "adam_eps=1e-6", "log_period=100", "enable_tensorboard=false", "enable_checkpointing=false",
         "executor=compiled", "reuse_example_batch=0",
     ]
 
