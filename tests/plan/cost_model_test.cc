@@ -1,9 +1,10 @@
 // The cost model on IR text: a kernel's roofline time, overlap of an async collective with
-// the compute between its start and done, the link a group crosses, the ring factors, host
+// the compute between its start and done, the links a group crosses (one or two levels), the ring factors, host
 // time per instruction, and MoE routing bounds. Every expected figure is worked out by hand
 // from the target below.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "kiln/base/check.h"
@@ -130,18 +131,72 @@ TEST(CostModel, AGatherHidesBehindTheComputeBetweenItsStartAndDone) {
   EXPECT_NEAR(hidden.p.step_s, 2 * gemm, 1e-12);
 }
 
-TEST(CostModel, AGroupAcrossNodesTakesTheInterLink) {
+TEST(CostModel, AGroupAcrossNodesGathersAcrossThemOnlyTheNodesShare) {
   const Target t = test_target();  // 2 devices per node
-  // fsdp=4 spans two nodes: 3 hops of 100 us and 3/4 of 256 KiB at 0.1 GB/s.
+  const double bytes = 256.0 * 256 * 4;
+  // fsdp=4 spans two nodes of 2: across them a ring of 2 over half the result (each device
+  // gathers its node-mate's half of the other node's quarter pair: 1/2 of 128 KiB at 0.1 GB/s,
+  // one hop of 100 us), then on the node a ring of 2 over the whole result (1/2 of 256 KiB at
+  // 1 GB/s, one hop of 10 us). The flat ring would send 3/4 of 256 KiB over the slow link.
   Predicted r = predict(gathered(false, "fsdp", 4), config::Mesh({"fsdp"}, {4}), t);
   EXPECT_EQ(r.p.collectives.at("all_gather").link, "inter");
-  EXPECT_NEAR(r.p.collective_s, 0.75 * 256 * 256 * 4 / 0.1e9 + 3 * 100e-6, 1e-12);
+  EXPECT_NEAR(r.p.collective_s, 0.5 * (bytes / 2) / 0.1e9 + 100e-6 + 0.5 * bytes / 1e9 + 10e-6, 1e-12);
   // The same gather over the inner axis of data=2 x fsdp=2 stays on the node.
   Predicted inner = predict(gathered(false), config::Mesh({"data", "fsdp"}, {2, 2}), t);
   EXPECT_EQ(inner.p.collectives.at("all_gather").link, "intra");
-  // ... and over the outer one leaves it.
+  EXPECT_NEAR(inner.p.collective_s, 0.5 * bytes / 1e9 + 10e-6, 1e-12);
+  // ... and over the outer one (one member per node) is the flat ring on the inter link.
   Predicted outer = predict(gathered(false, "data"), config::Mesh({"data", "fsdp"}, {2, 2}), t);
   EXPECT_EQ(outer.p.collectives.at("all_gather").link, "inter");
+  EXPECT_NEAR(outer.p.collective_s, 0.5 * bytes / 0.1e9 + 100e-6, 1e-12);
+}
+
+// Over fsdp=8 on nodes of 4 (two nodes): a reduce-scatter and an all-reduce of x [256, 256]
+// (256 KiB), and a device's ragged exchange into a worst-case buffer [1, 8 * 64, 64] (128 KiB).
+TEST(CostModel, ReductionsAndExchangesAcrossNodesTakeTwoLevels) {
+  Target t = test_target();
+  t.devices_per_node = 4;
+  const config::Mesh mesh({"fsdp"}, {8});
+  const std::string text = R"(module @r
+ENTRY computation @main {
+  %x = f32[256,256] parameter(), index=0
+  %s = f32[32,256] reduce_scatter(%x), dim=0, group_size=8, mesh_axes=fsdp
+  %a = f32[256,256] all_reduce(%x), group_size=8, mesh_axes=fsdp
+  %rows = f32[1,64,64] parameter(), index=1
+  %sizes = s32[1,8] parameter(), index=2
+  ROOT %e = f32[1,512,64] ragged_all_to_all(%rows, %sizes), group_size=8, rows=64, slot=64, reverse=0, mesh_axes=fsdp
+}
+)";
+  Predicted r = predict(text, mesh, t);
+  const double bytes = 256.0 * 256 * 4;
+  // On the node a ring of 4 over the whole buffer (3/4 of it, 3 hops of 10 us); across the
+  // nodes a ring of 2 over the quarter each device then holds (1/2 of it, 1 hop of 100 us).
+  const double intra = 0.75 * bytes / 1e9 + 3 * 10e-6, inter = 0.5 * (bytes / 4) / 0.1e9 + 100e-6;
+  EXPECT_NEAR(r.p.collectives.at("reduce_scatter").seconds, intra + inter, 1e-12);
+  // All-reduce: reduce-scatter and all-gather on the node, an all-reduce (twice the ring)
+  // across.
+  EXPECT_NEAR(r.p.collectives.at("all_reduce").seconds, 2 * intra + 2 * inter, 1e-12);
+  // All-to-all: 3/8 of the buffer to the node's members and 4/8 to the other node's, at once
+  // (the inter link's 655 us bounds it), one message per peer.
+  const double buffer = 512.0 * 64 * 4;
+  const double exchange = std::max(3.0 / 8 * buffer / 1e9, 4.0 / 8 * buffer / 0.1e9) + 3 * 10e-6 + 4 * 100e-6;
+  EXPECT_NEAR(r.p.collectives.at("ragged_all_to_all").seconds, exchange, 1e-12);
+  EXPECT_EQ(r.p.collectives.at("ragged_all_to_all").link, "inter");
+}
+
+TEST(CostModel, AGroupSpreadUnevenlyOverNodesIsAFlatRingOnTheInterLink) {
+  Target t = test_target();
+  t.devices_per_node = 4;
+  // fsdp=6: devices 0-3 on one node, 4-5 on the next.
+  const std::string text = R"(module @r
+ENTRY computation @main {
+  %x = f32[240,256] parameter(), index=0
+  ROOT %s = f32[40,256] reduce_scatter(%x), dim=0, group_size=6, mesh_axes=fsdp
+}
+)";
+  Predicted r = predict(text, config::Mesh({"fsdp"}, {6}), t);
+  const double bytes = 240.0 * 256 * 4;
+  EXPECT_NEAR(r.p.collectives.at("reduce_scatter").seconds, 5.0 / 6 * bytes / 0.1e9 + 5 * 100e-6, 1e-12);
 }
 
 TEST(CostModel, AllReduceMovesTwiceWhatAReduceScatterDoes) {

@@ -1,6 +1,7 @@
 #include "kiln/plan/cost_model.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <unordered_map>
 
@@ -14,29 +15,63 @@ namespace {
 
 using train::KernelKind;
 
-// Ring traffic per device over a group of g, as multiples of (bytes / bw, latency).
-struct Traffic {
-  double bytes_factor, hops;
+// How a collective's group lies over the nodes, seen from device 0's group: g members,
+// `per_node` of them on each of `nodes` nodes (uniform), or not uniform (flat ring).
+struct GroupLayout {
+  int64_t g = 1, per_node = 1, nodes = 1;
+  bool uniform = true;
 };
-Traffic ring_traffic(const std::string& kind, int64_t g) {
-  const double steps = static_cast<double>(g - 1);
-  if (kind == "all_reduce") return {2.0 * steps / static_cast<double>(g), 2.0 * steps};
-  return {steps / static_cast<double>(g), steps};
-}
-
-// The group's members seen from device 0, and whether they span nodes.
-bool crosses_nodes(const ir::Instr& instr, const config::Mesh& mesh, int64_t devices_per_node, int64_t* group_size) {
+GroupLayout group_layout(const ir::Instr& instr, const config::Mesh& mesh, int64_t devices_per_node) {
   std::vector<int64_t> members;
   if (instr.attrs().has("mesh_axes")) {
     members = mesh.group(0, split(instr.attrs().get_string("mesh_axes"), ','));
   } else {
     for (int64_t d = 0; d < instr.attrs().get_int_or("group_size", mesh.num_devices()); ++d) members.push_back(d);
   }
-  *group_size = static_cast<int64_t>(members.size());
-  for (int64_t m : members) {
-    if (m / devices_per_node != members.front() / devices_per_node) return true;
+  std::map<int64_t, int64_t> per_node;  // node -> members on it
+  for (int64_t m : members) ++per_node[m / devices_per_node];
+  GroupLayout l;
+  l.g = std::max<int64_t>(1, static_cast<int64_t>(members.size()));
+  l.nodes = static_cast<int64_t>(per_node.size());
+  l.per_node = per_node.empty() ? 1 : per_node.begin()->second;
+  for (const auto& [node, count] : per_node) l.uniform = l.uniform && count == l.per_node;
+  return l;
+}
+
+// A ring's stage over `members` devices on one link: time for `bytes` (the stage's whole
+// gathered or summed buffer), `passes` 1 (gather or scatter) or 2 (all-reduce).
+double ring_seconds(int64_t members, double bytes, int passes, const Link& link) {
+  if (members <= 1) return 0;
+  const double steps = static_cast<double>(members - 1);
+  return passes * (steps / static_cast<double>(members) * bytes / (link.bandwidth_gbs * 1e9) +
+                   steps * link.latency_us * 1e-6);
+}
+
+// Seconds of one collective of `kind` moving `bytes` (ops::collective_bytes) over a group
+// laid out as `l`. Within a node the flat ring on `intra`; across nodes two levels, as NCCL's
+// and XLA's multi-slice collectives run: the bytes are first reduced (or last gathered) over
+// the node's k members on `intra`, and only 1/k of them crosses `inter`, once per device (each
+// device its own NIC, as the targets' inter bandwidth is per device). All-to-all: the (k-1)/g
+// of the send buffer for the node's own members goes over intra while the (g-k)/g for other
+// nodes goes over inter, at once (the slower bounds the time), one message per peer.
+double collective_seconds(const std::string& kind, double bytes, const GroupLayout& l, const Link& intra,
+                          const Link& inter) {
+  if (l.nodes <= 1) return ring_seconds(l.g, bytes, kind == "all_reduce" ? 2 : 1, intra);
+  if (!l.uniform || l.per_node <= 1) return ring_seconds(l.g, bytes, kind == "all_reduce" ? 2 : 1, inter);
+  const int64_t k = l.per_node, n = l.nodes;
+  const double across = bytes / static_cast<double>(k);
+  if (kind == "all_gather" || kind == "reduce_scatter") {
+    return ring_seconds(k, bytes, 1, intra) + ring_seconds(n, across, 1, inter);
   }
-  return false;
+  if (kind == "all_reduce") {
+    return 2 * ring_seconds(k, bytes, 1, intra) + ring_seconds(n, across, 2, inter);
+  }
+  // all_to_all, ragged_all_to_all
+  const double g = static_cast<double>(l.g);
+  const double intra_s = static_cast<double>(k - 1) / g * bytes / (intra.bandwidth_gbs * 1e9);
+  const double inter_s = static_cast<double>(l.g - k) / g * bytes / (inter.bandwidth_gbs * 1e9);
+  return std::max(intra_s, inter_s) + static_cast<double>(k - 1) * intra.latency_us * 1e-6 +
+         static_cast<double>(l.g - k) * inter.latency_us * 1e-6;
 }
 
 // Bytes of a grouped matmul's operands and result that hold one row per routed token.
@@ -91,13 +126,11 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
   std::unordered_map<const ir::Instr*, std::pair<double, std::string>> in_flight;  // start -> (end, kind)
   // Issues a collective on the engine at `now`; returns when it ends.
   auto issue = [&](const ir::Instr& instr, const std::string& kind) {
-    int64_t g = 1;
-    const bool inter = crosses_nodes(instr, mesh, std::max<int64_t>(1, target.devices_per_node), &g);
-    const Link& link = inter ? target.inter : target.intra;
+    const GroupLayout layout = group_layout(instr, mesh, std::max<int64_t>(1, target.devices_per_node));
+    const Link& link = layout.nodes > 1 ? target.inter : target.intra;
     double bytes = static_cast<double>(ops::collective_bytes(instr).value_or(0));
     if (kind == "ragged_all_to_all" && load > 0) bytes *= load;
-    const Traffic t = ring_traffic(kind, std::max<int64_t>(g, 1));
-    const double seconds = t.bytes_factor * bytes / (link.bandwidth_gbs * 1e9) + t.hops * link.latency_us * 1e-6;
+    const double seconds = collective_seconds(kind, bytes, layout, target.intra, target.inter);
     const double begin = std::max(now, engine_free);
     engine_free = begin + seconds;
     CollectiveEstimate& c = p.collectives[kind];

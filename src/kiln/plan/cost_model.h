@@ -10,10 +10,16 @@
 // first operand's (bf16 kernels run against the bf16 peak).
 //
 // A collective over a group of g devices moving B bytes (the gathered result of an
-// all-gather, the summed operand otherwise, a ragged exchange's send buffer) on the link
-// its group crosses (intra when every member is on one node, else inter), ring algorithms:
-//   all_gather, reduce_scatter, all_to_all, ragged:  (g-1)/g * B / bw + (g-1) * latency
-//   all_reduce:                                      2 (g-1)/g * B / bw + 2 (g-1) * latency
+// all-gather, the summed operand otherwise, a ragged exchange's send buffer), ring
+// algorithms. Within one node, on the intra link:
+//   all_gather, reduce_scatter, all_to_all, ragged:  ring(g, B) = (g-1)/g * B / bw + (g-1) * latency
+//   all_reduce:                                      2 ring(g, B)
+// Across n nodes with k members on each, two levels (as NCCL and XLA multi-slice run them):
+//   all_gather, reduce_scatter:  ring_intra(k, B) + ring_inter(n, B/k)
+//   all_reduce:                  2 ring_intra(k, B) + 2 ring_inter(n, B/k)
+//   all_to_all, ragged:          max((k-1)/g B / bw_intra, (g-k)/g B / bw_inter)
+//                                + (k-1) latency_intra + (g-k) latency_inter
+// One member per node, or members spread unevenly: the flat ring on the inter link.
 // An async start issues the collective on the engine (after the one before it); its done
 // waits for it: that wait is the exposed time, the rest of the collective overlapped
 // compute. A synchronous collective is all exposed. Host overhead: host_us_per_kernel before
@@ -49,7 +55,7 @@ struct CollectiveEstimate {
   double bytes = 0;    // per device per step
   double seconds = 0;  // on the engine
   double exposed_s = 0;
-  std::string link;    // the link name the (last) group crossed
+  std::string link;    // the slowest link the (last) group crossed: inter when it spans nodes
 };
 
 struct StepPrediction {
