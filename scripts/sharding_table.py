@@ -14,7 +14,10 @@ the kiln process's max RSS. Unless --cold, each command runs twice and the secon
 one measured: the first builds the kernel libraries the cache lacks, and the C++ compiler it
 starts for them would otherwise be counted in kiln's max RSS (a process's rusage includes its
 reaped children) and in its compile seconds. A mesh that kiln rejects (a dimension its axes do not divide, ...)
-is listed below the table with kiln's one-line error instead of numbers.
+is listed below the table with kiln's one-line error instead of numbers. A mesh rejected because
+its axes do not divide a weight (gpt-oss's width 2880 = 2^6 * 45 splits at most 64 ways; JAX
+refuses such shardings as well) is planned again with a data axis, d = 2, 4, ... taken from its
+fsdp degree, and the first that plans becomes a row (--no-data-fallback: not).
 
 Usage:
   python3 scripts/sharding_table.py [--kiln build/kiln] [--models gpt-oss-20b,gpt-oss-120b]
@@ -71,6 +74,29 @@ def meshes(model, devices, expert):
     else:
         out.append((f"fsdp={devices // expert} × expert={expert}",
                     [f"ici_fsdp_parallelism={devices // expert}", f"ici_expert_parallelism={expert}"]))
+    return out
+
+
+def label_of(mesh_args):
+    """"fsdp=16 × expert=16" from [ici_fsdp_parallelism=16, ici_expert_parallelism=16] (data left out)."""
+    parts = []
+    for a in mesh_args:
+        key, _, value = a.partition("=")
+        axis = key[len("ici_"):-len("_parallelism")]
+        if axis != "data":
+            parts.append(f"{axis}={value}")
+    return " × ".join(parts)
+
+
+def data_meshes(mesh_args):
+    """[(d, args)] for d = 2, 4, 8, ...: the mesh with its fsdp degree divided by d and a data
+    axis of d, while d divides the fsdp degree."""
+    fsdp = next(int(a.split("=")[1]) for a in mesh_args if a.startswith("ici_fsdp_parallelism="))
+    out, d = [], 2
+    while d <= fsdp and fsdp % d == 0:
+        rest = [f"ici_fsdp_parallelism={fsdp // d}" if a.startswith("ici_fsdp_parallelism=") else a for a in mesh_args]
+        out.append((d, [f"ici_data_parallelism={d}"] + rest))
+        d *= 2
     return out
 
 
@@ -162,6 +188,10 @@ def main():
                     help="overrides added to every command (e.g. dtype=bfloat16 remat_policy=minimal)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per compile before it is stopped")
     ap.add_argument("--json-dir", default="", help="keep each compile's JSON report here")
+    ap.add_argument("--no-data-fallback", dest="data_fallback", action="store_false",
+                    help="do not plan a rejected mesh again with a data axis (by default a mesh whose axes "
+                         "do not divide a weight is tried as data=2, 4, ... x the rest, the first that plans "
+                         "becoming a row)")
     ap.add_argument("--cold", action="store_true",
                     help="measure the first run of each command (kernel builds included) instead of a second")
     args = ap.parse_args()
@@ -180,6 +210,43 @@ def main():
     rows, commands, rejected = [], [], []
     runs = 0  # kiln invocations, warm-ups included
     started = time.monotonic()
+    def measure(model, label, n, mesh_args):
+        """Plans one mesh: appends its row and returns None, or returns why kiln rejected it."""
+        nonlocal runs
+        cmd = [args.kiln, "compile", f"model_name={model}", f"local_devices={n}"] + mesh_args + args.set + ["--json"]
+        shown = " ".join(shlex.quote(c) for c in ["kiln"] + cmd[1:])
+        print(f"[{time.monotonic() - started:7.1f} s] {model} {label} ...", file=sys.stderr, flush=True)
+        built = None
+        if not args.cold:
+            rc, stdout, stderr, wall, rss = run_timed(cmd, args.timeout)
+            runs += 1
+            if rc == 0:
+                built = json.loads(stdout).get("kernels_compiled")
+                print(f"    warm-up: wall {wall:.1f} s, {built} kernel libraries built", file=sys.stderr,
+                      flush=True)
+        if args.cold or rc == 0:
+            rc, stdout, stderr, wall, rss = run_timed(cmd, args.timeout)
+            runs += 1
+        if rc != 0:
+            why = f"stopped after {args.timeout:g} s" if rc is None else error_line(stderr)
+            print(f"    rejected: {why}", file=sys.stderr, flush=True)
+            return why, shown
+        report = json.loads(stdout)
+        if args.json_dir:
+            name = f"{model}_{label.replace(' × ', 'x').replace('=', '')}.json"
+            with open(os.path.join(args.json_dir, name), "w") as f:
+                json.dump(report, f, indent=2)
+        mem = report["memory_per_device_bytes"]
+        print(f"    {mem['total'] / GIB:.2f} GiB per device, wall {wall:.1f} s, max RSS {rss / 2**20:.0f} MiB",
+              file=sys.stderr, flush=True)
+        commands.append(shown)
+        rows.append({"model": model, "mesh": report.get("mesh", label), "devices": n, "mem": mem,
+                     "coll": collective_counts(report.get("collectives", {})),
+                     "compile_s": report.get("compile_seconds", 0.0),
+                     "kernels_built": report.get("kernels_compiled") if built is None else built, "wall": wall, "rss": rss,
+                     "ref": len(commands)})
+        return None
+
     for model in models:
         expert = expert_degree(model, overrides)
         for n in devices:
@@ -188,39 +255,19 @@ def main():
                 if mesh[1] is None:
                     rejected.append((model, label, n, "(not run)", mesh[2]))
                     continue
-                cmd = [args.kiln, "compile", f"model_name={model}", f"local_devices={n}"] + mesh[1] + args.set + ["--json"]
-                shown = " ".join(shlex.quote(c) for c in ["kiln"] + cmd[1:])
-                print(f"[{time.monotonic() - started:7.1f} s] {model} {label} ...", file=sys.stderr, flush=True)
-                built = None
-                if not args.cold:
-                    rc, stdout, stderr, wall, rss = run_timed(cmd, args.timeout)
-                    runs += 1
-                    if rc == 0:
-                        built = json.loads(stdout).get("kernels_compiled")
-                        print(f"    warm-up: wall {wall:.1f} s, {built} kernel libraries built", file=sys.stderr,
-                              flush=True)
-                if args.cold or rc == 0:
-                    rc, stdout, stderr, wall, rss = run_timed(cmd, args.timeout)
-                    runs += 1
-                if rc != 0:
-                    why = f"stopped after {args.timeout:g} s" if rc is None else error_line(stderr)
-                    print(f"    rejected: {why}", file=sys.stderr, flush=True)
-                    rejected.append((model, label, n, shown, why))
+                failed = measure(model, label, n, mesh[1])
+                if failed is None:
                     continue
-                report = json.loads(stdout)
-                if args.json_dir:
-                    name = f"{model}_{label.replace(' × ', 'x').replace('=', '')}.json"
-                    with open(os.path.join(args.json_dir, name), "w") as f:
-                        json.dump(report, f, indent=2)
-                mem = report["memory_per_device_bytes"]
-                print(f"    {mem['total'] / GIB:.2f} GiB per device, wall {wall:.1f} s, max RSS {rss / 2**20:.0f} MiB",
-                      file=sys.stderr, flush=True)
-                commands.append(shown)
-                rows.append({"model": model, "mesh": report.get("mesh", label), "devices": n, "mem": mem,
-                             "coll": collective_counts(report.get("collectives", {})),
-                             "compile_s": report.get("compile_seconds", 0.0),
-                             "kernels_built": report.get("kernels_compiled") if built is None else built, "wall": wall, "rss": rss,
-                             "ref": len(commands)})
+                why, shown = failed
+                # A weight dimension the mesh's axes do not divide (JAX rejects such shardings
+                # too): the same devices with a data axis as small as lets the rest divide it.
+                if args.data_fallback and "not divisible" in why:
+                    for d, data_args in data_meshes(mesh[1]):
+                        data_label = f"data={d} × " + label_of(data_args)
+                        if measure(model, data_label, n, data_args) is None:
+                            why += f" (in the table as {data_label})"
+                            break
+                rejected.append((model, label, n, shown, why))
     total = time.monotonic() - started
 
     copies = any(r["mem"].get("bf16_weight_copies", 0) for r in rows)

@@ -250,34 +250,37 @@ Result<BufferAssignment> assign_buffers(const ir::Computation& computation, cons
     live += delta[s];
     a.max_live_arena_bytes = std::max(a.max_live_arena_bytes, live);
   }
-  // Activations: arena buffers the forward pass writes and the backward pass reads. The
-  // backward pass is every gradient instruction (named *.grad), every value it recomputes
-  // (*.remat, *.regather) and everything computed from them; the rest is the forward pass.
-  // (Program order does not tell them apart: passes append what they make, fusions
-  // included.) With scheduling stages (the micro-batches of gradient accumulation) each
-  // stage's backward pass reads its own stage's values, which are not alive together: the
-  // figure is the largest stage's.
+  // Activations: the forward's values the backward pass reads, at their peak. The backward
+  // pass is every gradient instruction (named *.grad) and everything computed from one: the
+  // forward pass never reads a gradient. Whatever else writes a buffer that a backward
+  // instruction reads made an activation: the forward pass itself, or the backward's
+  // recomputation of it (remat), or a fusion holding both (a fusion takes one member's name,
+  // so names cannot tell them apart). The figure is the most such bytes alive at one step:
+  // where the backward starts every saved value is alive; later a layer's recomputed values
+  // join the saved ones still waiting for their layer. Micro-batches (scheduling stages) keep
+  // their values at different times, and the peak over the schedule sees that.
   std::unordered_set<const Instr*> backward;
   for (const Instr* i : computation.post_order()) {
-    const std::string& name = i->meta().name;
-    bool b = ends_with_grad(name) || name.ends_with(".remat") || name.ends_with(".regather");
+    bool b = ends_with_grad(i->meta().name);
     for (const Instr* o : i->operands()) b = b || backward.count(o) > 0;
     if (b) backward.insert(i);
   }
-  std::unordered_map<int32_t, std::vector<bool>> counted;  // by the reading stage
-  std::unordered_map<int32_t, int64_t> saved_bytes;
-  for (const auto& owned : computation.instructions()) {
-    const Instr* reader = owned.get();
-    if (!backward.count(reader)) continue;
-    const int32_t stage = reader->meta().stage;
-    std::vector<bool>& seen = counted.try_emplace(stage, buffers.size(), false).first->second;
-    for (int b : model.used(reader)) {
-      if (seen[b] || a.slots[b].placement != Placement::kArena || backward.count(buffers[b].def)) continue;
-      seen[b] = true;
-      saved_bytes[stage] += buffers[b].bytes;
-    }
+  std::vector<bool> read_by_backward(buffers.size(), false);
+  for (const Instr* reader : backward) {
+    for (int b : model.used(reader)) read_by_backward[b] = true;
   }
-  for (const auto& [stage, bytes] : saved_bytes) a.saved_activation_bytes = std::max(a.saved_activation_bytes, bytes);
+  std::vector<int64_t> saved_delta(n + 2, 0);
+  for (const LogicalBuffer& b : buffers) {
+    const Slot& slot = a.slots[b.id];
+    if (!read_by_backward[b.id] || slot.placement != Placement::kArena || backward.count(b.def)) continue;
+    saved_delta[slot.start] += b.bytes;
+    saved_delta[std::min(slot.end, n) + 1] -= b.bytes;
+  }
+  int64_t saved = 0;
+  for (int s = 0; s < n; ++s) {
+    saved += saved_delta[s];
+    a.saved_activation_bytes = std::max(a.saved_activation_bytes, saved);
+  }
   return a;
 }
 

@@ -58,10 +58,11 @@ struct BufferAssignment {
   int in_place_reuses = 0;
   int donated_in_place = 0;       // donated outputs written into their argument's storage
   int donated_requested = 0;
-  // Arena bytes the forward pass writes and the backward pass (gradient instructions, named
-  // "*.grad", the values it recomputes, "*.remat" and "*.regather", and what is computed from
-  // them) reads: what the forward pass keeps for the backward pass. With scheduling stages
-  // (micro-batches), the largest stage's. 0 when there is none.
+  // Activations: the most arena bytes alive at one step among buffers that the backward pass
+  // (gradient instructions, named "*.grad", and what is computed from them) reads and that
+  // something else wrote: the forward pass, or the backward's recomputation (remat). Where the
+  // backward starts every saved value is alive; later a layer's recomputed values join those
+  // still waiting. Micro-batches' values are alive at different times. 0 without a backward pass.
   int64_t saved_activation_bytes = 0;
 
   // One line per buffer in schedule order: instruction, element, shape, placement, offset

@@ -33,8 +33,9 @@ Result<CompiledStep> compile_step(const config::Config& cfg, const std::string& 
   m.optimizer_state += bytes_of(program.step_arg());
   // bf16_weight_copy: state too, written by the optimizer.
   for (int64_t k = 0; k < program.num_copies(); ++k) m.bf16_weight_copies += bytes_of(program.copy_arg(k));
-  // From the buffer assignment: activations are the arena bytes the forward pass keeps for
-  // the backward pass; temporaries everything else one run adds (the rest of the arena,
+  // From the buffer assignment: activations are the peak of the arena bytes the backward
+  // pass reads that no gradient wrote (the forward's saved values, and what remat
+  // recomputes); temporaries everything else one run adds (the rest of the arena's peak,
   // outputs of their own, kernel scratch, constants, the batch). docs/backend.md.
   m.activations = r.saved_activation_bytes;
   m.temporaries = r.planned_peak_bytes - m.parameters - m.optimizer_state - m.bf16_weight_copies - m.activations;
