@@ -127,6 +127,62 @@ TEST(MemoryScheduler, RunsRecomputationRightBeforeItsBackwardUse) {
   EXPECT_GT(peak_live_bytes(plain_model, eager), peak_live_bytes(model, listed));
 }
 
+// A multi-output fusion that writes the forward's residual sum %r and, in the same kernel, a
+// statistic the remat pass recomputed from it (named after its first output, the
+// recomputed one). The forward's next layer %n reads %r: the fusion is not recomputation,
+// or the forward would wait behind every other ready instruction (here the wide %far,
+// which nothing needs until the end).
+constexpr const char* kMixedFusion = R"(module @mixed
+
+computation @fused {
+  %p0 = f32[256] parameter(), index=0
+  %p1 = f32[256] parameter(), index=1
+  %add = f32[256] add(%p0, %p1), name="layers.1.output"
+  %sq = f32[256] mul(%add, %add), name="layers.2.remat"
+  %stat = f32[] reduce_sum(%sq), dims={0}, name="layers.2.remat"
+  ROOT %t = (f32[], f32[256]) tuple(%stat, %add)
+}
+
+computation @all_remat {
+  %q0 = f32[256] parameter(), index=0
+  ROOT %m = f32[256] mul(%q0, %q0), name="layers.0.h.remat"
+}
+
+ENTRY computation @main {
+  %x = f32[256] parameter(), index=0
+  %y = f32[256] parameter(), index=1
+  %f = (f32[], f32[256]) fusion(%x, %y), kind=input, calls={@fused}, name="layers.2.remat"
+  %r = f32[256] get_tuple_element(%f), index=1, name="layers.1.output"
+  %n = f32[256] exp(%r), name="layers.2"
+  %far = f32[64,256] broadcast(%y), dims={1}, name="far"
+  %o = f32[] reduce_sum(%n), dims={0}, name="loss"
+  %z = f32[256] fusion(%x), kind=loop, calls={@all_remat}, name="layers.0.h.remat"
+  %s = f32[] get_tuple_element(%f), index=0, name="layers.2.remat"
+  %fs = f32[] reduce_sum(%far), dims={0,1}
+  %zs = f32[] reduce_sum(%z), dims={0}
+  ROOT %out = (f32[], f32[], f32[], f32[]) tuple(%o, %s, %fs, %zs)
+}
+)";
+
+TEST(MemoryScheduler, AFusionIsRecomputationOnlyWhenAllItsMembersAre) {
+  auto m = parse(kMixedFusion);
+  const ir::Computation& c = *m->entry();
+  auto instr = [&](const std::string& id) {
+    for (const auto& i : c.instructions()) {
+      if (i->id() == id) return i.get();
+    }
+    return static_cast<ir::Instr*>(nullptr);
+  };
+  EXPECT_FALSE(is_recomputation(*instr("f")));  // holds the forward's %add
+  EXPECT_TRUE(is_recomputation(*instr("z")));   // every member recomputes
+  EXPECT_TRUE(is_recomputation(*instr("s")));   // a plain instruction: its name
+  BufferModel model(c);
+  Schedule listed = list_schedule(c, model);
+  expect_topological(c, listed);
+  // The forward goes on (%f, %n, %o) before the wide value nothing waits for.
+  EXPECT_LT(position(listed, "o"), position(listed, "far"));
+}
+
 // The step counter: %next = step + 1 is donated to the step argument, which the learning
 // rate %lr still reads; AdamW's bias correction %bc reads %next. Run early (it is ready at
 // once and allocates almost nothing), %next could not take the argument's storage; with the

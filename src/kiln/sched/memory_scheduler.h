@@ -40,8 +40,8 @@ struct ScheduleOptions {
   std::vector<std::pair<int64_t, int64_t>> donated;
 };
 
-// Whether `instr` recomputes a forward value for the backward pass (RematPass's clones and
-// fusions rooted at one carry the name suffix ".remat", RegatherPass's ".regather").
+// Whether `instr` recomputes a forward value for the backward pass (RematPass's clones carry
+// the name suffix ".remat", RegatherPass's ".regather"); a fusion only when all its members do.
 bool is_recomputation(const ir::Instr& instr);
 
 // The (output buffer, argument buffer) pairs of `donated` that buffer assignment can alias:
