@@ -19,13 +19,18 @@ within 15%, each category within 25%. Last, the calibration workload runs again 
 change of its step time says how far the machine itself drifted during the run (a shared
 machine's speed can move by half within minutes, and every prediction by as much).
 
+With --calibrate-each the mesh's calibration runs again right before every case and that
+case is predicted on it, so a drift of the machine between the first calibration and the
+case no longer shows up as the model's error; each case's line then says how far the
+calibration workload had moved since the first calibration.
+
 The attribution's host row is the step's wall time not inside any kernel, data or
 checkpoint span (train/observability/attribution.h), and its remat row is taken out of the kernel rows;
 the plan counts recomputed kernels in their class, so remat_policy=none here.
 
 Usage: /usr/bin/python3 bench/plan_vs_measured.py [--kiln build/kiln] [--steps 6]
                                                   [--shapes tiny,small,moe] [--dtypes float32,bfloat16]
-                                                  [--meshes 1,fsdp2]
+                                                  [--meshes 1,fsdp2] [--calibrate-each]
 """
 import argparse
 import json
@@ -109,6 +114,8 @@ def main():
     ap.add_argument("--shapes", default="tiny,small,moe")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--meshes", default="1,fsdp2")
+    ap.add_argument("--calibrate-each", action="store_true",
+                    help="calibrate again right before every case and predict the case on that calibration")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kiln_plan_bench_")
     targets, calibration_steps = {}, {}
@@ -124,8 +131,16 @@ def main():
             for mesh in a.meshes.split(","):
                 name = "%s-%s-%s" % (shape, dtype, mesh)
                 args = SHAPES[shape] + ["dtype=" + dtype] + MESHES[mesh]
+                target, moved = targets[mesh], ""
+                if a.calibrate_each:
+                    target = os.path.join(work, "cpu-%s-%s.yml" % (mesh, name))
+                    text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] + ["--output", target],
+                               os.path.join(work, "calibrate-%s.log" % name))
+                    now = calibration_step_s(text)
+                    moved = "  (calibrated again: the workload's f32 step %.3f s, %+.0f%% from the first)" % (
+                        now, 100.0 * (now - calibration_steps[mesh]) / calibration_steps[mesh])
                 m_step, m_split = measured(a, args, work, name)
-                p_step, p_split = predicted(a, args, targets[mesh], work, name)
+                p_step, p_split = predicted(a, args, target, work, name)
                 err = 100.0 * (p_step - m_step) / m_step
                 within += abs(err) <= 15
                 cats = []
@@ -135,7 +150,8 @@ def main():
                     mark = "" if share < 0.05 else (" (%+.0f%%)" % cerr)
                     cats.append("%s %.3f/%.3f%s" % (c, m_split[c], p_split[c], mark))
                 rows.append((name, m_step, p_step, err, cats))
-                print("%-24s measured %.4f s  predicted %.4f s  error %+.1f%%" % (name, m_step, p_step, err), flush=True)
+                print("%-24s measured %.4f s  predicted %.4f s  error %+.1f%%%s" % (name, m_step, p_step, err, moved),
+                      flush=True)
     # The machine's own drift over the run: the calibration workload again, timed as before.
     for mesh in a.meshes.split(","):
         text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] +
@@ -148,7 +164,8 @@ def main():
     for name, m, p, err, cats in rows:
         print("| %s | %.4f | %.4f | %+.1f%% | %s |" % (name, m, p, err, "; ".join(cats)))
     print("\n%d of %d cases within 15%%. Reproduce: /usr/bin/python3 bench/plan_vs_measured.py --kiln %s --steps %d "
-          "--shapes %s --dtypes %s --meshes %s" % (within, len(rows), a.kiln, a.steps, a.shapes, a.dtypes, a.meshes))
+          "--shapes %s --dtypes %s --meshes %s%s" % (within, len(rows), a.kiln, a.steps, a.shapes, a.dtypes, a.meshes,
+                                                    " --calibrate-each" if a.calibrate_each else ""))
 
 
 if __name__ == "__main__":
