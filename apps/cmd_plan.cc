@@ -244,9 +244,12 @@ int run_search(const std::vector<std::string>& settings, const plan::Target& tar
     for (const char* remat : {"none", "full"}) {
       // Micro-batching trades step time for activation memory, so a mesh and remat policy
       // that fit are not split further; one that does not fit tries more, smaller
-      // micro-batches of the same global batch until it fits or they run out.
+      // micro-batches of the same global batch until it fits, they run out, or splitting
+      // cannot help: the state alone (parameters, moments, copies) does not fit, or the
+      // last split did not lower the memory.
       std::string error;  // why the last count did not compile
       bool compiled = false;
+      double previous_mem = -1;
       for (int64_t k : micro_batch_counts(base)) {
         std::vector<std::string> s = settings;
         for (const std::string& kv :
@@ -280,6 +283,10 @@ int run_search(const std::vector<std::string>& settings, const plan::Target& tar
           std::fflush(stdout);
         }
         if (rows.back().fits) break;
+        const plan::StepMemory& m = pl->step.memory;
+        const double state = gib(m.parameters + m.optimizer_state + m.bf16_weight_copies);
+        if (state > target.memory_gib || (previous_mem >= 0 && mem >= previous_mem)) break;
+        previous_mem = mem;
       }
       if (!compiled) skipped.push_back(error);
     }
