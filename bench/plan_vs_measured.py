@@ -74,6 +74,13 @@ def calibration_step_s(text):
     return float(re.search(r"float32 step: ([0-9.]+) s per step", text).group(1))
 
 
+def calibrate(a, mesh, output, log):
+    """`kiln plan --calibrate` of the calibration workload on `mesh`, written to `output`;
+    returns (its printed report, its f32 step time)."""
+    text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] + ["--output", output], log)
+    return text, calibration_step_s(text)
+
+
 def measured(a, args, work, name):
     out = os.path.join(work, "runs")
     run([a.kiln, "train"] + args + COMMON + ["steps=%d" % a.steps, "report=true", "run_name=" + name,
@@ -121,9 +128,7 @@ def main():
     targets, calibration_steps = {}, {}
     for mesh in a.meshes.split(","):
         targets[mesh] = os.path.join(work, "cpu-%s.yml" % mesh)
-        text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] + ["--output", targets[mesh]],
-                   os.path.join(work, "calibrate-%s.log" % mesh))
-        calibration_steps[mesh] = calibration_step_s(text)
+        text, calibration_steps[mesh] = calibrate(a, mesh, targets[mesh], os.path.join(work, "calibrate-%s.log" % mesh))
         print("calibration, mesh %s:\n%s" % (mesh, text.rstrip()))
     rows, within = [], 0
     for shape in a.shapes.split(","):
@@ -134,9 +139,7 @@ def main():
                 target, moved = targets[mesh], ""
                 if a.calibrate_each:
                     target = os.path.join(work, "cpu-%s-%s.yml" % (mesh, name))
-                    text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] + ["--output", target],
-                               os.path.join(work, "calibrate-%s.log" % name))
-                    now = calibration_step_s(text)
+                    _, now = calibrate(a, mesh, target, os.path.join(work, "calibrate-%s.log" % name))
                     moved = "  (calibrated again: the workload's f32 step %.3f s, %+.0f%% from the first)" % (
                         now, 100.0 * (now - calibration_steps[mesh]) / calibration_steps[mesh])
                 m_step, m_split = measured(a, args, work, name)
@@ -154,9 +157,8 @@ def main():
                       flush=True)
     # The machine's own drift over the run: the calibration workload again, timed as before.
     for mesh in a.meshes.split(","):
-        text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] +
-                   ["--output", os.path.join(work, "again-%s.yml" % mesh)], os.path.join(work, "again-%s.log" % mesh))
-        before, after = calibration_steps[mesh], calibration_step_s(text)
+        _, after = calibrate(a, mesh, os.path.join(work, "again-%s.yml" % mesh), os.path.join(work, "again-%s.log" % mesh))
+        before = calibration_steps[mesh]
         print("drift, mesh %s: the calibration workload's f32 step took %.3f s before the cases and %.3f s after "
               "(%+.0f%%)" % (mesh, before, after, 100.0 * (after - before) / before))
     print("\n| case | measured s/step | predicted | error | by category, measured/predicted s (error where >= 5% of the step) |")

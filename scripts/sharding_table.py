@@ -78,24 +78,22 @@ def meshes(model, devices, expert):
 
 
 def label_of(mesh_args):
-    """"fsdp=16 × expert=16" from [ici_fsdp_parallelism=16, ici_expert_parallelism=16] (data left out)."""
+    """"data=4 × fsdp=64" from [ici_data_parallelism=4, ici_fsdp_parallelism=64], in their order."""
     parts = []
     for a in mesh_args:
         key, _, value = a.partition("=")
-        axis = key[len("ici_"):-len("_parallelism")]
-        if axis != "data":
-            parts.append(f"{axis}={value}")
+        parts.append(f"{key[len('ici_'):-len('_parallelism')]}={value}")
     return " × ".join(parts)
 
 
 def data_meshes(mesh_args):
-    """[(d, args)] for d = 2, 4, 8, ...: the mesh with its fsdp degree divided by d and a data
-    axis of d, while d divides the fsdp degree."""
+    """[args] for d = 2, 4, 8, ...: the mesh with its fsdp degree divided by d and a data axis
+    of d (first), while d divides the fsdp degree."""
     fsdp = next(int(a.split("=")[1]) for a in mesh_args if a.startswith("ici_fsdp_parallelism="))
     out, d = [], 2
     while d <= fsdp and fsdp % d == 0:
         rest = [f"ici_fsdp_parallelism={fsdp // d}" if a.startswith("ici_fsdp_parallelism=") else a for a in mesh_args]
-        out.append((d, [f"ici_data_parallelism={d}"] + rest))
+        out.append([f"ici_data_parallelism={d}"] + rest)
         d *= 2
     return out
 
@@ -262,8 +260,8 @@ def main():
                 # A weight dimension the mesh's axes do not divide (JAX rejects such shardings
                 # too): the same devices with a data axis as small as lets the rest divide it.
                 if args.data_fallback and "not divisible" in why:
-                    for d, data_args in data_meshes(mesh[1]):
-                        data_label = f"data={d} × " + label_of(data_args)
+                    for data_args in data_meshes(mesh[1]):
+                        data_label = label_of(data_args)
                         if measure(model, data_label, n, data_args) is None:
                             why += f" (in the table as {data_label})"
                             break

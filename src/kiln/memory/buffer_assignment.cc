@@ -26,6 +26,26 @@ bool is_reduce(Opcode op) { return op == Opcode::kReduceSum || op == Opcode::kRe
 bool ends_with_grad(const std::string& name) {
   return name.size() > 5 && name.compare(name.size() - 5, 5, ".grad") == 0;
 }
+
+// The most bytes alive at one of n schedule steps, from intervals alive from a start step
+// through an end step (an end past the schedule counts to its last step).
+class StepPeak {
+ public:
+  explicit StepPeak(int n) : n_(n), delta_(static_cast<size_t>(n) + 2, 0) {}
+  void add(int start, int end, int64_t bytes) {
+    delta_[start] += bytes;
+    delta_[std::min(end, n_) + 1] -= bytes;
+  }
+  int64_t peak() const {
+    int64_t live = 0, most = 0;
+    for (int s = 0; s < n_; ++s) most = std::max(most, live += delta_[s]);
+    return most;
+  }
+
+ private:
+  int n_;
+  std::vector<int64_t> delta_;
+};
 }  // namespace
 
 const char* placement_name(Placement p) {
@@ -240,16 +260,9 @@ Result<BufferAssignment> assign_buffers(const ir::Computation& computation, cons
   }
 
   // Arena bytes live per step (a group occupies its storage from start through end).
-  std::vector<int64_t> delta(n + 2, 0);
-  for (const Group& g : groups) {
-    delta[g.start] += g.bytes;
-    delta[std::min(g.end, n) + 1] -= g.bytes;
-  }
-  int64_t live = 0;
-  for (int s = 0; s < n; ++s) {
-    live += delta[s];
-    a.max_live_arena_bytes = std::max(a.max_live_arena_bytes, live);
-  }
+  StepPeak arena_live(n);
+  for (const Group& g : groups) arena_live.add(g.start, g.end, g.bytes);
+  a.max_live_arena_bytes = arena_live.peak();
   // Activations: the forward's values the backward pass reads, at their peak. The backward
   // pass is every gradient instruction (named *.grad) and everything computed from one: the
   // forward pass never reads a gradient. Whatever else writes a buffer that a backward
@@ -269,18 +282,13 @@ Result<BufferAssignment> assign_buffers(const ir::Computation& computation, cons
   for (const Instr* reader : backward) {
     for (int b : model.used(reader)) read_by_backward[b] = true;
   }
-  std::vector<int64_t> saved_delta(n + 2, 0);
+  StepPeak saved(n);
   for (const LogicalBuffer& b : buffers) {
     const Slot& slot = a.slots[b.id];
     if (!read_by_backward[b.id] || slot.placement != Placement::kArena || backward.count(b.def)) continue;
-    saved_delta[slot.start] += b.bytes;
-    saved_delta[std::min(slot.end, n) + 1] -= b.bytes;
+    saved.add(slot.start, slot.end, b.bytes);
   }
-  int64_t saved = 0;
-  for (int s = 0; s < n; ++s) {
-    saved += saved_delta[s];
-    a.saved_activation_bytes = std::max(a.saved_activation_bytes, saved);
-  }
+  a.saved_activation_bytes = saved.peak();
   return a;
 }
 
