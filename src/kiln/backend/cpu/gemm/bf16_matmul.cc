@@ -127,6 +127,42 @@ void bf16_matmul(const Bf16MatmulDesc& d, const uint16_t* a, const uint16_t* b, 
     return;
   }
   if (!onednn_has_bf16()) return widened_matmul(d, a, b, c);
+  if (!d.f32_out) {
+    // The primitive with run-time dims writing bf16 allocates its f32 sums afresh on every
+    // call, and a fresh block of 1 MiB or more is a fresh mapping (apps/malloc_settings.cc):
+    // a page fault per 4 KiB, so it ran 2-20x slower than the same product written in f32
+    // (Zen 4, 2 threads: 1024x512x8 1.0 vs 0.05 ms, 1024x4096x512 32 vs 12 ms). The sums
+    // go to this thread's own buffer instead, kept for the next call up to 64 MiB, and are
+    // rounded here, once, to nearest even as the primitive would.
+    constexpr size_t kKeep = size_t{64} << 20;
+    thread_local std::unique_ptr<float[]> kept;
+    thread_local size_t kept_floats = 0;
+    const int64_t rows = d.batch * d.m;
+    const size_t floats = static_cast<size_t>(rows * d.n);
+    std::unique_ptr<float[]> once;
+    float* sums = nullptr;
+    if (floats * sizeof(float) > kKeep) {
+      once.reset(new float[floats]);
+      sums = once.get();
+    } else {
+      if (kept_floats < floats) kept.reset(new float[floats]), kept_floats = floats;
+      sums = kept.get();
+    }
+    Bf16MatmulDesc wide = d;
+    wide.f32_out = true;
+    wide.ldc = d.n;
+    wide.batch_stride_c = d.m * d.n;
+    bf16_matmul(wide, a, b, sums);
+    uint16_t* narrow = static_cast<uint16_t*>(c);
+#pragma omp parallel for schedule(static) if (rows * d.n > (1 << 16))
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r / d.m, row = r % d.m;
+      uint16_t* dst = narrow + i * d.batch_stride_c + row * d.ldc;
+      const float* src = sums + r * d.n;
+      for (int64_t col = 0; col < d.n; ++col) dst[col] = f32_to_bf16(src[col]);
+    }
+    return;
+  }
   const dnnl::matmul& prim = primitive(d);
   const bool batched = d.batch > 1;
   dnnl::engine& engine = cpu_engine();
