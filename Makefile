@@ -70,7 +70,7 @@ bench: build
 	/usr/bin/python3 bench/gemm_row_vs_bench.py --kiln $(BUILD_DIR)/kiln --bench $(BUILD_DIR)/bench/gemm_shapes_bench
 	/usr/bin/python3 bench/compile_growth.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/init_vs_interpreted.py --kiln $(BUILD_DIR)/kiln
-	/usr/bin/python3 bench/plan_vs_measured.py --kiln $(BUILD_DIR)/kiln --calibrate-each
+	/usr/bin/python3 bench/plan_vs_measured.py --kiln $(BUILD_DIR)/kiln
 	@bash scripts/setup_venv.sh python/requirements-parity.txt
 	@bash scripts/setup_venv.sh python/requirements-bench.txt
 	/usr/bin/python3 bench/peers.py --kiln $(BUILD_DIR)/kiln

@@ -1,36 +1,35 @@
 #!/usr/bin/env python3
 """kiln plan's prediction against the measured step, on this machine.
 
-First `kiln plan --calibrate` measures this CPU on a calibration workload (gpt-oss-small's
-widths with 2 layers and 4 experts at batch 2 x 384: between the cases below in kernel
-sizes, and none of them) for one device (2 threads) and for 2 virtual devices (1 thread
-each). Then for every case (model shape x dtype x mesh):
+For every model shape and mesh, `kiln plan --calibrate` first measures this CPU on a
+calibration workload (gpt-oss-small's widths with 2 layers and 4 experts at batch 2 x 384:
+between the cases below in kernel sizes, and none of them), for that mesh (one device on 2
+threads, or 2 virtual devices of 1 thread each). Then, for the shape in each dtype:
 
   measured    `kiln train ... reuse_example_batch=1 report=true` for --steps steps: the
               median step time after the first (metrics.jsonl's step_time_s) and the
               attribution table (profile/attribution.txt: seconds per step by kernel class,
-              exposed collectives, host overhead)
-  predicted   `kiln plan --json ... target=<the calibration for that mesh>`
+              collectives, host overhead measured between kernels)
+  predicted   `kiln plan --json ... target=<that calibration>`
 
-and prints, per case, the two step times with the error, then the split by category
-(gemm, grouped matmul, attention, fused elementwise, other kernels, collectives, host) with
-the error of each category that holds at least 5% of the step. Goals (issue 22): the step
-within 15%, each category within 25%. Last, the calibration workload runs again and the
-change of its step time says how far the machine itself drifted during the run (a shared
-machine's speed can move by half within minutes, and every prediction by as much).
-
-With --calibrate-each the mesh's calibration runs again right before every case and that
-case is predicted on it, so a drift of the machine between the first calibration and the
-case no longer shows up as the model's error; each case's line then says how far the
-calibration workload had moved since the first calibration.
+All of it runs --repeats times (calibration, measurement, prediction each time: a shared
+machine's speed moves by a third within minutes, so the calibration right before the
+measurement takes the drift between them out, and the repeats the noise of one run). The
+table gives per case the median measurement, the median prediction and the error between
+them (goal, issue 22: within 15%), each run's own error, and the split by category (gemm,
+grouped matmul, attention, fused elementwise, other kernels, collectives, host) with the
+error of each category that holds at least 5% of the step (goal: within 25%). It also prints
+how far the calibration workload's own step moved over the calibrations.
 
 The attribution's host row is the step's wall time not inside any kernel, data or
-checkpoint span (train/observability/attribution.h), and its remat row is taken out of the kernel rows;
-the plan counts recomputed kernels in their class, so remat_policy=none here.
+checkpoint span (train/observability/attribution.h), and its remat row is taken out of the
+kernel rows; the plan counts recomputed kernels in their class, so remat_policy=none here.
+Its collective rows are the device's time in collective instructions (async starts and
+dones, synchronous collectives); the plan's are its exposed time.
 
-Usage: /usr/bin/python3 bench/plan_vs_measured.py [--kiln build/kiln] [--steps 6]
+Usage: /usr/bin/python3 bench/plan_vs_measured.py [--kiln build/kiln] [--steps 6] [--repeats 3]
                                                   [--shapes tiny,small,moe] [--dtypes float32,bfloat16]
-                                                  [--meshes 1,fsdp2] [--calibrate-each]
+                                                  [--meshes 1,fsdp2]
 """
 import argparse
 import json
@@ -74,11 +73,18 @@ def calibration_step_s(text):
     return float(re.search(r"float32 step: ([0-9.]+) s per step", text).group(1))
 
 
-def calibrate(a, mesh, output, log):
-    """`kiln plan --calibrate` of the calibration workload on `mesh`, written to `output`;
-    returns (its printed report, its f32 step time)."""
-    text = run([a.kiln, "plan", "--calibrate"] + CALIBRATION + MESHES[mesh] + ["--output", output], log)
-    return text, calibration_step_s(text)
+def calibrate(a, args, output, log):
+    """`kiln plan --calibrate` of the calibration workload on the mesh in `args`, written to
+    `output` (the link between MPI ranks is not measured: no case crosses one); returns its
+    f32 step time."""
+    env = dict(os.environ, KILN_MPIEXEC="none")
+    with open(log, "w") as f:
+        r = subprocess.run([a.kiln, "plan", "--calibrate"] + CALIBRATION + args + ["--output", output], stdout=f,
+                           stderr=subprocess.STDOUT, env=env)
+    text = open(log).read()
+    if r.returncode != 0:
+        sys.exit("plan_vs_measured: calibration failed (%d):\n%s" % (r.returncode, text[-3000:]))
+    return calibration_step_s(text)
 
 
 def measured(a, args, work, name):
@@ -114,60 +120,69 @@ def predicted(a, args, target, work, name):
     return j["step_s"], split
 
 
+def error(p, m):
+    return 100.0 * (p - m) / m if m > 0 else float("nan")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", default="build/kiln")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=3, help="runs of every case (calibration, measurement, prediction)")
     ap.add_argument("--shapes", default="tiny,small,moe")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--meshes", default="1,fsdp2")
-    ap.add_argument("--calibrate-each", action="store_true",
-                    help="calibrate again right before every case and predict the case on that calibration")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kiln_plan_bench_")
-    targets, calibration_steps = {}, {}
-    for mesh in a.meshes.split(","):
-        targets[mesh] = os.path.join(work, "cpu-%s.yml" % mesh)
-        text, calibration_steps[mesh] = calibrate(a, mesh, targets[mesh], os.path.join(work, "calibrate-%s.log" % mesh))
-        print("calibration, mesh %s:\n%s" % (mesh, text.rstrip()))
-    rows, within = [], 0
-    for shape in a.shapes.split(","):
-        for dtype in a.dtypes.split(","):
+    results = {}       # case -> [(measured step, measured split, predicted step, predicted split)]
+    calibrations = []  # the calibration workload's f32 step, every time it ran
+    for r in range(a.repeats):
+        for shape in a.shapes.split(","):
             for mesh in a.meshes.split(","):
-                name = "%s-%s-%s" % (shape, dtype, mesh)
-                args = SHAPES[shape] + ["dtype=" + dtype] + MESHES[mesh]
-                target, moved = targets[mesh], ""
-                if a.calibrate_each:
-                    target = os.path.join(work, "cpu-%s-%s.yml" % (mesh, name))
-                    _, now = calibrate(a, mesh, target, os.path.join(work, "calibrate-%s.log" % name))
-                    moved = "  (calibrated again: the workload's f32 step %.3f s, %+.0f%% from the first)" % (
-                        now, 100.0 * (now - calibration_steps[mesh]) / calibration_steps[mesh])
-                m_step, m_split = measured(a, args, work, name)
-                p_step, p_split = predicted(a, args, target, work, name)
-                err = 100.0 * (p_step - m_step) / m_step
-                within += abs(err) <= 15
-                cats = []
-                for c in CATEGORIES:
-                    share = m_split[c] / m_step
-                    cerr = 100.0 * (p_split[c] - m_split[c]) / m_split[c] if m_split[c] > 0 else float("nan")
-                    mark = "" if share < 0.05 else (" (%+.0f%%)" % cerr)
-                    cats.append("%s %.3f/%.3f%s" % (c, m_split[c], p_split[c], mark))
-                rows.append((name, m_step, p_step, err, cats))
-                print("%-24s measured %.4f s  predicted %.4f s  error %+.1f%%%s" % (name, m_step, p_step, err, moved),
-                      flush=True)
-    # The machine's own drift over the run: the calibration workload again, timed as before.
-    for mesh in a.meshes.split(","):
-        _, after = calibrate(a, mesh, os.path.join(work, "again-%s.yml" % mesh), os.path.join(work, "again-%s.log" % mesh))
-        before = calibration_steps[mesh]
-        print("drift, mesh %s: the calibration workload's f32 step took %.3f s before the cases and %.3f s after "
-              "(%+.0f%%)" % (mesh, before, after, 100.0 * (after - before) / before))
-    print("\n| case | measured s/step | predicted | error | by category, measured/predicted s (error where >= 5% of the step) |")
-    print("|---|---:|---:|---:|---|")
-    for name, m, p, err, cats in rows:
-        print("| %s | %.4f | %.4f | %+.1f%% | %s |" % (name, m, p, err, "; ".join(cats)))
-    print("\n%d of %d cases within 15%%. Reproduce: /usr/bin/python3 bench/plan_vs_measured.py --kiln %s --steps %d "
-          "--shapes %s --dtypes %s --meshes %s%s" % (within, len(rows), a.kiln, a.steps, a.shapes, a.dtypes, a.meshes,
-                                                    " --calibrate-each" if a.calibrate_each else ""))
+                # Calibrated right before the shape's cases on this mesh, so the machine's drift
+                # between calibration and measurement is a minute's, not the run's.
+                target = os.path.join(work, "cpu-%s-%s-%d.yml" % (shape, mesh, r))
+                calibrations.append(calibrate(a, MESHES[mesh], target,
+                                              os.path.join(work, "calibrate-%s-%s-%d.log" % (shape, mesh, r))))
+                for dtype in a.dtypes.split(","):
+                    case = "%s-%s-%s" % (shape, dtype, mesh)
+                    name = "%s-%d" % (case, r)
+                    args = SHAPES[shape] + ["dtype=" + dtype] + MESHES[mesh]
+                    m_step, m_split = measured(a, args, work, name)
+                    p_step, p_split = predicted(a, args, target, work, name)
+                    results.setdefault(case, []).append((m_step, m_split, p_step, p_split))
+                    print("run %d  %-24s measured %.4f s  predicted %.4f s  error %+.1f%%" %
+                          (r + 1, case, m_step, p_step, error(p_step, m_step)), flush=True)
+    print("\nThe calibration workload's f32 step over the %d calibrations: min %.3f s, median %.3f s, max %.3f s "
+          "(how much the machine itself moved during the run)" %
+          (len(calibrations), min(calibrations), statistics.median(calibrations), max(calibrations)))
+    print("\nMedians over %d runs; the error is the median prediction's against the median measurement." % a.repeats)
+    print("| case | measured s/step | predicted | error | runs' errors | by category, measured/predicted s "
+          "(error where >= 5%% of the step) |")
+    print("|---|---:|---:|---:|---|---|")
+    within, cats_within, cats_total = 0, 0, 0
+    for case, runs in results.items():
+        m = statistics.median(x[0] for x in runs)
+        p = statistics.median(x[2] for x in runs)
+        err = error(p, m)
+        within += abs(err) <= 15
+        cats = []
+        for c in CATEGORIES:
+            mc = statistics.median(x[1][c] for x in runs)
+            pc = statistics.median(x[3][c] for x in runs)
+            mark = ""
+            if mc / m >= 0.05:
+                cerr = error(pc, mc)
+                cats_total += 1
+                cats_within += abs(cerr) <= 25
+                mark = " (%+.0f%%)" % cerr
+            cats.append("%s %.3f/%.3f%s" % (c, mc, pc, mark))
+        spread = ", ".join("%+.0f%%" % error(x[2], x[0]) for x in runs)
+        print("| %s | %.4f | %.4f | %+.1f%% | %s | %s |" % (case, m, p, err, spread, "; ".join(cats)))
+    print("\n%d of %d cases within 15%%; %d of %d categories (those holding 5%% of a step or more) within 25%%. "
+          "Reproduce: /usr/bin/python3 bench/plan_vs_measured.py --kiln %s --steps %d --repeats %d --shapes %s "
+          "--dtypes %s --meshes %s" % (within, len(results), cats_within, cats_total, a.kiln, a.steps, a.repeats,
+                                       a.shapes, a.dtypes, a.meshes))
 
 
 if __name__ == "__main__":

@@ -38,5 +38,36 @@ TEST(KernelRateFit, OneSampleIsAProportionalRate) {
   EXPECT_NEAR(r.efficiency, 0.5, 1e-12);
 }
 
+AttentionSample attention_sample(double rows, double visited, double seconds) {
+  AttentionSample s;
+  s.work.rows = rows, s.work.visited_pairs = visited;
+  s.seconds = seconds;
+  return s;
+}
+
+TEST(AttentionRateFit, RecoversTheRowAndPairCosts) {
+  std::vector<AttentionSample> s;
+  for (double rows : {2048.0, 8192.0, 32768.0}) {
+    for (double per_row : {64.0, 128.0, 512.0}) {
+      s.push_back(attention_sample(rows, rows * per_row, 20e-6 + rows * 50e-9 + rows * per_row * 3e-9));
+    }
+  }
+  AttentionRate r = fit_attention_rate(s);
+  EXPECT_NEAR(r.fixed_us, 20, 1e-6);
+  EXPECT_NEAR(r.row_ns, 50, 1e-6);
+  EXPECT_NEAR(r.pair_ns, 3, 1e-9);
+}
+
+TEST(AttentionRateFit, NoTermComesOutNegative) {
+  // Times that fall with the rows at a fixed pair count: an unconstrained fit would give
+  // rows a negative cost; the fit drops the term instead.
+  std::vector<AttentionSample> s = {attention_sample(1000, 1e6, 4e-3), attention_sample(4000, 1e6, 3e-3),
+                                    attention_sample(1000, 4e6, 12e-3), attention_sample(4000, 4e6, 11e-3)};
+  AttentionRate r = fit_attention_rate(s);
+  EXPECT_GE(r.fixed_us, 0);
+  EXPECT_EQ(r.row_ns, 0);
+  EXPECT_GT(r.pair_ns, 0);
+}
+
 }  // namespace
 }  // namespace kiln::plan

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
+#include <vector>
 
 #include "kiln/plan/target.h"
 
@@ -67,6 +69,11 @@ TEST(Target, WriterAndParserAgree) {
   t.rate(train::KernelKind::kFused).efficiency = 1.7;  // a CPU's cached kernels beat DRAM bandwidth
   t.bf16_rates = true;
   for (train::KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 7.5};
+  t.peer_lag = 0.0625;
+  t.attention.tile_q = 64, t.attention.tile_k = 32;
+  t.attention.in_step_f32 = 1.25, t.attention.in_step_bf16 = 0.75;
+  t.attention.rates = {{"attention", true, 64, 10, 3, 0.5}, {"attention_grad", false, 32, 0, 7, 1.5}};
+  t.gemm_shapes = {{"bf16", 2, 768, 512, 128, true, false, 0.375}};
   Result<Target> back = parse_target(target_to_yaml(t), "written.yml");
   ASSERT_TRUE(back.ok()) << back.status().to_string() << "\n" << target_to_yaml(t);
   EXPECT_EQ(back->calibrated, t.calibrated);
@@ -77,6 +84,40 @@ TEST(Target, WriterAndParserAgree) {
     EXPECT_DOUBLE_EQ(back->rate(k).fixed_us, t.rate(k).fixed_us) << kernel_class_key(k);
     EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/true).efficiency, 0.25) << kernel_class_key(k);
     EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/false).efficiency, t.rate(k).efficiency) << kernel_class_key(k);
+  }
+  EXPECT_DOUBLE_EQ(back->peer_lag, 0.0625);
+  EXPECT_EQ(back->attention.tile_q, 64);
+  EXPECT_EQ(back->attention.tile_k, 32);
+  EXPECT_DOUBLE_EQ(back->attention.in_step_f32, 1.25);
+  EXPECT_DOUBLE_EQ(back->attention.in_step_bf16, 0.75);
+  ASSERT_EQ(back->attention.rates.size(), 2u);
+  const AttentionRate& g = back->attention.rates[1];
+  EXPECT_EQ(g.op, "attention_grad");
+  EXPECT_FALSE(g.bf16);
+  EXPECT_EQ(g.head_dim, 32);
+  EXPECT_DOUBLE_EQ(g.row_ns, 7);
+  EXPECT_DOUBLE_EQ(g.pair_ns, 1.5);
+  ASSERT_EQ(back->gemm_shapes.size(), 1u);
+  const GemmShapeRate& s = back->gemm_shapes[0];
+  EXPECT_EQ(s.dtype, "bf16");
+  EXPECT_EQ(s.batch, 2);
+  EXPECT_EQ(s.m, 768);
+  EXPECT_EQ(s.k, 128);
+  EXPECT_TRUE(s.trans_a);
+  EXPECT_FALSE(s.trans_b);
+  EXPECT_DOUBLE_EQ(s.efficiency, 0.375);
+  // The attention model's faults name the field.
+  const std::string text = target_to_yaml(t);
+  for (const auto& [from, to, field] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"op: attention_grad", "op: softmax", "attention.rates[1].op"},
+           {"tile: [64, 32]", "tile: [64]", "attention.tile"},
+           {"dtype: bfloat16, head_dim", "dtype: fp8, head_dim", "attention.rates[0].dtype"},
+           {"efficiency: 0.375", "efficiency: -1", "gemm_shapes[0].efficiency"}}) {
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << "\n" << text;
+    Result<Target> bad = parse_target(std::string(text).replace(at, from.size(), to), "bad.yml");
+    ASSERT_FALSE(bad.ok()) << field;
+    EXPECT_NE(bad.status().message().find(field), std::string::npos) << bad.status().message();
   }
 }
 

@@ -4,21 +4,30 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "kiln/backend/backend.h"
-#include "kiln/base/check.h"
+#include "kiln/backend/buffer.h"
+#include "kiln/backend/cpu/attention/attention_common.h"
 #include "kiln/backend/cpu/codegen/compile_cache.h"
 #include "kiln/backend/cpu/gemm/cpu_peak.h"
+#include "kiln/base/check.h"
+#include "kiln/ir/parser.h"
 #include "kiln/ops/device_context.h"
+#include "kiln/ops/registry.h"
+#include "kiln/plan/attention_cost.h"
 #include "kiln/plan/cost_model.h"
 #include "kiln/runtime/local_world.h"
 #include "kiln/runtime/run_on_devices.h"
@@ -103,15 +112,31 @@ struct TimedKernel {
   train::InstrInfo info;
   bool bf16 = false;
   double seconds = 0;
+  std::optional<AttentionWork> attention;  // an attention kernel's work on the CPU's tiles
 };
+
+// The CPU flash kernels' tiles (backend/cpu/attention).
+constexpr int64_t kTileQ = backend::cpu::attention_detail::kBq, kTileK = backend::cpu::attention_detail::kBk;
 
 struct StepTiming {
   std::vector<TimedKernel> kernels;  // device 0's compute kernels, over the measured steps
   int64_t instructions = 0;          // every instruction device 0 ran in them
   double inside_s = 0;               // their time inside instructions
   double wall_s = 0;                 // the measured steps' wall time
+  double waiting_s = 0;              // per step: device 0's time in collectives (waits_for_collective)
   int64_t steps = 0;
+  // Device 0's instructions of the last measured step in the order it ran them, valid while
+  // `trainer` lives (the peer lag is fitted on them), and the mesh they ran on.
+  std::shared_ptr<train::Trainer> trainer;
+  std::vector<const ir::Instr*> schedule;
+  config::Mesh mesh;
 };
+
+// The device's own time in a collective: an async start or done, or a collective run
+// synchronously (what the attribution report's collective rows count).
+bool waits_for_collective(const ir::Instr& instr) {
+  return !ops::op_def(instr.opcode()).plumbing && !train::describe_instruction(instr).collective.empty();
+}
 
 // The config's step with `extra` settings, run quietly for warm-up + measured steps.
 Result<StepTiming> time_steps(const std::vector<std::string>& settings, const std::vector<std::string>& extra,
@@ -141,19 +166,61 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
   timing.wall_s = seconds_since(t0);
   trainer->set_instruction_observer(nullptr);
   timing.steps = options.measured_steps;
-  // Described before the trainer (and the instructions with it) goes.
   std::unordered_map<const ir::Instr*, std::optional<train::InstrInfo>> infos;
-  for (const InstructionTimer::Sample& s : timer.take()) {
+  const std::vector<InstructionTimer::Sample> samples = timer.take();
+  const size_t per_step = samples.size() / static_cast<size_t>(std::max(1, options.measured_steps));
+  for (size_t i = samples.size() - per_step; i < samples.size(); ++i) timing.schedule.push_back(samples[i].instr);
+  for (const InstructionTimer::Sample& s : samples) {
     ++timing.instructions;
     timing.inside_s += s.seconds;
+    if (waits_for_collective(*s.instr)) timing.waiting_s += s.seconds;
     auto it = infos.find(s.instr);
     if (it == infos.end()) it = infos.emplace(s.instr, describe_kernel(*s.instr)).first;
-    if (it->second) timing.kernels.push_back({*it->second, computes_in_bf16(*s.instr), s.seconds});
+    if (it->second) {
+      timing.kernels.push_back(
+          {*it->second, computes_in_bf16(*s.instr), s.seconds, attention_work(*s.instr, kTileQ, kTileK)});
+    }
   }
-  trainer.reset();
+  timing.waiting_s /= static_cast<double>(timing.steps);
+  timing.mesh = cfg.derived().mesh;
+  timing.trainer = std::move(trainer);
   std::error_code ec;
   std::filesystem::remove_all(out, ec);
   return timing;
+}
+
+// One attention (or attention_grad) kernel alone, as a step's layer runs it: q [B,T,H,Dh],
+// k and v [B,T,K,Dh] in `dtype`, sinks [H], one segment id per token, causal, `window` keys
+// (0: all). The program's text.
+std::string attention_program(const AttentionShape& s, bool grad) {
+  const char* dt = s.bf16 ? "bf16" : "f32";
+  const std::string q = fmt::format("{}[{},{},{},{}]", dt, s.batch, s.length, s.heads, s.head_dim);
+  const std::string kv = fmt::format("{}[{},{},{},{}]", dt, s.batch, s.length, s.kv_heads, s.head_dim);
+  const std::string lse = fmt::format("f32[{},{},{}]", s.batch, s.heads, s.length);
+  std::string text = "module @attention_sweep\nENTRY computation @main {\n";
+  text += fmt::format("  %q = {} parameter(), index=0\n  %k = {} parameter(), index=1\n", q, kv);
+  text += fmt::format("  %v = {} parameter(), index=2\n  %s = f32[{}] parameter(), index=3\n", kv, s.heads);
+  text += fmt::format("  %seg = s32[{},{}] parameter(), index=4\n", s.batch, s.length);
+  const std::string attrs = fmt::format("causal=1, scale={}{}", 1.0 / std::sqrt(static_cast<double>(s.head_dim)),
+                                        s.window > 0 ? fmt::format(", window={}", s.window) : "");
+  if (!grad) {
+    text += fmt::format("  ROOT %a = ({}, {}) attention(%q, %k, %v, %s, %seg, %seg), {}\n}}\n", q, lse, attrs);
+    return text;
+  }
+  text += fmt::format("  %o = {} parameter(), index=5\n  %l = {} parameter(), index=6\n", q, lse);
+  text += fmt::format("  %do = {} parameter(), index=7\n  %dl = {} parameter(), index=8\n", q, lse);
+  text += fmt::format(
+      "  ROOT %g = ({}, {}, {}, f32[{}]) attention_grad(%q, %k, %v, %s, %seg, %seg, %o, %l, %do, %dl), {}\n}}\n", q, kv,
+      kv, s.heads, attrs);
+  return text;
+}
+
+// A buffer of `shape` holding small values (a kernel's time does not depend on them, but
+// the softmax's must stay finite).
+backend::Buffer filled(const ir::Shape& shape, double scale) {
+  std::vector<double> v(static_cast<size_t>(shape.num_elements()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * std::sin(0.37 * static_cast<double>(i));
+  return backend::Buffer::from_literal(ir::Literal(shape, std::move(v)));
 }
 
 std::string today() {
@@ -161,6 +228,94 @@ std::string today() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
   return buf;
+}
+
+
+// The sweep's shapes: head widths 32, 64, 128 and the config's; 128 to 1024 tokens; causal
+// over every key and with windows of 64 and 128 keys (windows and lengths that are not
+// multiples of the tiles pay for partly masked tiles); f32 and bf16; batch 2, 8 query heads
+// over 2 kv heads (GPT-OSS's grouping is 8 too).
+std::vector<AttentionShape> attention_sweep_shapes(int64_t config_head_dim) {
+  std::vector<int64_t> widths = {32, 64, 128};
+  if (std::find(widths.begin(), widths.end(), config_head_dim) == widths.end()) widths.push_back(config_head_dim);
+  std::vector<AttentionShape> shapes;
+  for (const bool bf16 : {false, true}) {
+    for (const int64_t dh : widths) {
+      for (const int64_t length : {128, 256, 512, 1024}) {
+        for (const int64_t window : {0, 64, 128}) {
+          if (window >= length) continue;
+          shapes.push_back({.batch = 2, .length = length, .heads = 8, .kv_heads = 2, .head_dim = dh, .window = window,
+                            .bf16 = bf16});
+        }
+      }
+    }
+  }
+  return shapes;
+}
+
+// Sweeps the attention kernels alone, fits a rate per (op, dtype, head width), and sets how
+// much slower the config's steps ran theirs (in_step) than the fit says.
+Status calibrate_attention(Target& t, int64_t config_head_dim, int64_t devices,
+                           const std::vector<TimedKernel> (&in_step)[2],
+                           const std::function<void(const std::string&)>& log) {
+  KILN_ASSIGN_OR_RETURN(std::vector<AttentionSample> sweep,
+                        sweep_attention(devices, attention_sweep_shapes(config_head_dim)));
+  AttentionModel& m = t.attention;
+  m = {};
+  m.tile_q = kTileQ, m.tile_k = kTileK;
+  std::map<std::tuple<std::string, bool, int64_t>, std::vector<AttentionSample>> groups;
+  for (const AttentionSample& s : sweep) groups[{s.work.op, s.work.bf16, s.work.head_dim}].push_back(s);
+  for (const auto& [key, samples] : groups) {
+    AttentionRate r = fit_attention_rate(samples);
+    r.op = std::get<0>(key), r.bf16 = std::get<1>(key), r.head_dim = std::get<2>(key);
+    m.rates.push_back(r);
+    log(fmt::format("{} {} head width {}: {} shapes, {:.1f} us + {:.2f} ns per row + {:.3f} ns per visited pair",
+                    r.op, r.bf16 ? "bf16" : "f32", r.head_dim, samples.size(), r.fixed_us, r.row_ns, r.pair_ns));
+  }
+  for (const bool bf16_step : {false, true}) {
+    double measured = 0, alone = 0;
+    for (const TimedKernel& k : in_step[bf16_step]) {
+      const AttentionWork& w = *k.attention;
+      // The fit alone: in_step is still 1 here.
+      const std::optional<double> fit = m.seconds(w.op, w.bf16, w.head_dim, w.rows, w.visited_pairs, bf16_step);
+      if (!fit) continue;
+      measured += k.seconds, alone += *fit;
+    }
+    double& factor = bf16_step ? m.in_step_bf16 : m.in_step_f32;
+    factor = alone > 0 ? measured / alone : 1.0;
+    log(fmt::format("attention in the {} step: {:.3f} s measured, {:.3f} s by the sweep's rates: x{:.2f}",
+                    bf16_step ? "bf16" : "f32", measured, alone, factor));
+  }
+  return ok_status();
+}
+// The peer lag (target.h): the fraction that makes the predicted collective waits of the two
+// steps add up to what device 0 waited in them, by bisection (the waits grow with it).
+void fit_peer_lag(Target& t, const StepTiming (&steps)[2], const std::function<void(const std::string&)>& log) {
+  const double measured = steps[0].waiting_s + steps[1].waiting_s;
+  auto predicted = [&](double lag) {
+    Target c = t;
+    c.peer_lag = lag;
+    double waits = 0;
+    for (const bool bf16_step : {false, true}) {
+      const StepTiming& s = steps[bf16_step];
+      waits += predict_step(s.schedule, s.mesh, c, {.bf16_step = bf16_step}).exposed_s;
+    }
+    return waits;
+  };
+  const double without = predicted(0);
+  double lo = 0, hi = 0;
+  if (without < measured) {
+    hi = 0.25;
+    while (predicted(hi) < measured && hi < 16) lo = hi, hi *= 2;
+    for (int i = 0; i < 40; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (predicted(mid) < measured ? lo : hi) = mid;
+    }
+  }
+  t.peer_lag = hi;
+  log(fmt::format("collective waits: {:.3f} s per step measured (f32 and bf16 steps), {:.3f} s by the links alone: "
+                  "peer lag {:.4f}",
+                  measured, without, t.peer_lag));
 }
 
 }  // namespace
@@ -198,6 +353,114 @@ Result<Link> measure_link(runtime::World& world, const std::string& name) {
   link.bandwidth_gbs = 1.0 / b / 1e9;
   link.latency_us = std::max(0.0, a) / (g - 1) * 1e6;
   return link;
+}
+
+Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std::vector<AttentionShape>& shapes,
+                                                    int repeats) {
+  std::vector<AttentionSample> samples;
+  for (const AttentionShape& shape : shapes) {
+    for (const bool grad : {false, true}) {
+      KILN_ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, ir::parse_module(attention_program(shape, grad)));
+      const ir::Instr& kernel = *module->entry()->root();
+      const ops::Cost cost = ops::cost_of(kernel);
+      AttentionSample sample;
+      sample.shape = shape;
+      sample.grad = grad;
+      sample.work = *attention_work(kernel, kTileQ, kTileK);
+      sample.pairs = cost.transcendentals;
+      sample.flops = cost.flops;
+      sample.bytes = cost.bytes_read + cost.bytes_written;
+      std::vector<double> best(static_cast<size_t>(devices), 1e30);
+      KILN_RETURN_IF_ERROR(runtime::run_on_devices(devices, [&](int64_t d) -> Status {
+        KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*module, {}));
+        // Parameters: q, k, v, sinks, segment ids [, out, lse, dout, dlse]. lse 0 keeps
+        // p = exp(s - lse) finite in the backward.
+        std::vector<backend::Buffer> args;
+        for (const ir::Instr* p : module->entry()->params()) {
+          const bool zero = p->shape().dtype() == ir::DType::kS32 || p->attrs().get_int("index") == 6;
+          args.push_back(filled(p->shape(), zero ? 0.0 : 1.0));
+        }
+        for (int rep = 0; rep <= repeats; ++rep) {
+          const auto t0 = Clock::now();
+          KILN_RETURN_IF_ERROR(exe->run(args).status());
+          if (rep > 0) best[static_cast<size_t>(d)] = std::min(best[static_cast<size_t>(d)], seconds_since(t0));
+        }
+        return ok_status();
+      }));
+      sample.seconds = best[0];
+      samples.push_back(sample);
+    }
+  }
+  return samples;
+}
+
+AttentionRate fit_attention_rate(const std::vector<AttentionSample>& samples) {
+  // Non-negative least squares of t = fixed + rows row + visited pair, each sample weighted
+  // by 1 / t (relative errors: the sweep spans 100x in time): the best of the feature
+  // subsets whose unconstrained fit is non-negative (three features: eight subsets).
+  constexpr int kF = 3;
+  auto features = [](const AttentionSample& s) {
+    return std::array<double, kF>{1.0, s.work.rows, s.work.visited_pairs};
+  };
+  std::array<double, kF> best_c{};
+  double best_sse = std::numeric_limits<double>::infinity();
+  for (int mask = 1; mask < (1 << kF); ++mask) {
+    std::vector<int> cols;
+    for (int f = 0; f < kF; ++f) {
+      if (mask & (1 << f)) cols.push_back(f);
+    }
+    const size_t n = cols.size();
+    // Normal equations A c = b over the chosen columns, solved by Gaussian elimination.
+    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
+    for (const AttentionSample& s : samples) {
+      if (s.seconds <= 0) continue;
+      const auto x = features(s);
+      const double w = 1.0 / s.seconds;
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) a[i][j] += w * w * x[cols[i]] * x[cols[j]];
+        a[i][n] += w * w * x[cols[i]] * s.seconds;
+      }
+    }
+    bool singular = false;
+    for (size_t i = 0; i < n && !singular; ++i) {
+      size_t pivot = i;
+      for (size_t r = i + 1; r < n; ++r) {
+        if (std::abs(a[r][i]) > std::abs(a[pivot][i])) pivot = r;
+      }
+      std::swap(a[i], a[pivot]);
+      if (std::abs(a[i][i]) < 1e-300) {
+        singular = true;
+        break;
+      }
+      for (size_t r = 0; r < n; ++r) {
+        if (r == i) continue;
+        const double f = a[r][i] / a[i][i];
+        for (size_t c = i; c <= n; ++c) a[r][c] -= f * a[i][c];
+      }
+    }
+    if (singular) continue;
+    std::array<double, kF> c{};
+    bool negative = false;
+    for (size_t i = 0; i < n; ++i) {
+      c[cols[i]] = a[i][n] / a[i][i];
+      negative = negative || c[cols[i]] < 0;
+    }
+    if (negative) continue;
+    double sse = 0;
+    for (const AttentionSample& s : samples) {
+      if (s.seconds <= 0) continue;
+      const auto x = features(s);
+      double t = 0;
+      for (int f = 0; f < kF; ++f) t += c[f] * x[f];
+      sse += (t - s.seconds) * (t - s.seconds) / (s.seconds * s.seconds);
+    }
+    if (sse < best_sse) best_sse = sse, best_c = c;
+  }
+  AttentionRate r;
+  r.fixed_us = best_c[0] * 1e6;
+  r.row_ns = best_c[1] * 1e9;
+  r.pair_ns = best_c[2] * 1e9;
+  return r;
 }
 
 KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples) {
@@ -265,11 +528,24 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   std::vector<std::pair<double, double>> per_class_bf16[static_cast<int>(KernelKind::kCount)];  // the bf16 step's
   double gap_s = 0;
   int64_t gap_instructions = 0;
+  std::vector<TimedKernel> attention_in_step[2];  // the f32 and the bf16 step's attention kernels
+  StepTiming timings[2];                          // the f32 and the bf16 step
+  std::map<std::string, std::pair<GemmShapeRate, std::pair<double, double>>> gemm_shapes;  // -> (roofline, measured) s
   Target unit = t;  // efficiency 1 and no fixed cost: the roofline alone
   for (const bool bf16_step : {false, true}) {
     const char* dtype = bf16_step ? "bfloat16" : "float32";
-    KILN_ASSIGN_OR_RETURN(StepTiming timing, time_steps(settings, {std::string("dtype=") + dtype}, options));
+    KILN_ASSIGN_OR_RETURN(timings[bf16_step], time_steps(settings, {std::string("dtype=") + dtype}, options));
+    const StepTiming& timing = timings[bf16_step];
     for (const TimedKernel& k : timing.kernels) {
+      if (k.attention) attention_in_step[bf16_step].push_back(k);
+      if (k.info.kind == KernelKind::kGemm) {
+        const train::InstrInfo& g = k.info;
+        auto& [rate, times] = gemm_shapes[fmt::format("{} {} {} {} {} {} {}", g.dtype, g.batch, g.m, g.n, g.k,
+                                                      g.trans_a, g.trans_b)];
+        rate = {g.dtype, g.batch, g.m, g.n, g.k, g.trans_a, g.trans_b, 1.0};
+        times.first += roofline_seconds(unit, k.info.kind, k.info.flops, k.info.bytes, k.bf16);
+        times.second += k.seconds;
+      }
       auto& samples = bf16_step ? per_class_bf16 : per_class;
       samples[static_cast<int>(k.info.kind)].push_back(
           {roofline_seconds(unit, k.info.kind, k.info.flops, k.info.bytes, k.bf16), k.seconds});
@@ -305,8 +581,17 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
                       r.efficiency, r.fixed_us));
     }
   }
+  for (auto& [key, entry] : gemm_shapes) {
+    GemmShapeRate rate = entry.first;
+    rate.efficiency = entry.second.first / entry.second.second;
+    t.gemm_shapes.push_back(rate);
+  }
+  log(fmt::format("gemm shapes: {} timed in the steps, each its own efficiency", t.gemm_shapes.size()));
+  KILN_RETURN_IF_ERROR(calibrate_attention(t, cfg.derived().head_dim, devices, attention_in_step, log));
   t.host_us_per_kernel = gap_instructions > 0 ? 1e6 * gap_s / static_cast<double>(gap_instructions) : 0;
   log(fmt::format("host: {:.1f} us between instructions", t.host_us_per_kernel));
+  if (devices > 1) fit_peer_lag(t, timings, log);
+  for (StepTiming& timing : timings) timing.trainer.reset();
   t.calibrated = fmt::format("{} by kiln plan --calibrate {}", today(), fmt::join(settings, " "));
   t.sources = {fmt::format("measured on this machine by kiln plan --calibrate on {}: peaks by the FMA and bf16 "
                            "dot-product loops (backend/cpu/gemm/cpu_peak.h), bandwidth by a triad, the links by all-gathers "

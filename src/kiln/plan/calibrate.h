@@ -9,7 +9,15 @@
 //   kernel classes   the config's own step, f32 and bf16, run for a few steps with every
 //                    instruction of device 0 timed: per class, fixed_us and efficiency fitted
 //                    by least squares to time = fixed + roofline work / efficiency
+//   GEMM shapes      the same steps' GEMMs, per shape and layout: each its own efficiency
+//                    (target.h GemmShapeRate)
+//   attention        the attention kernels alone over a sweep of head widths, lengths and
+//                    windows: per op, dtype and width, a cost per query row and per visited
+//                    pair (attention_cost.h), and how much slower the steps ran their own
 //   host overhead    the steps' wall time not inside any instruction, per instruction
+//   peer lag         on 2 or more virtual devices: the fraction of the time between
+//                    collectives that makes the predicted collective time of the steps what
+//                    device 0 spent in their collective instructions (target.h peer_lag)
 //   inter link       all-gathers between MPI ranks (one device each), measured by a job the
 //                    caller launches (CalibrateOptions::inter_link, `kiln plan --calibrate`
 //                    starts `mpiexec -np 2`); without one the intra link's figures stand in
@@ -21,6 +29,7 @@
 #include <vector>
 
 #include "kiln/config/config.h"
+#include "kiln/plan/attention_cost.h"
 #include "kiln/plan/target.h"
 #include "kiln/runtime/collectives.h"
 
@@ -43,6 +52,29 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
 // + (g-1)/g bytes / bandwidth), from the slowest of this process's devices. Every process of
 // the world must call it.
 Result<Link> measure_link(runtime::World& world, const std::string& name);
+
+// One attention layer's kernels as a sweep times them: q [batch, length, heads, head_dim],
+// k and v [batch, length, kv_heads, head_dim], causal, `window` keys (0: all), bf16 or f32.
+struct AttentionShape {
+  int64_t batch = 1, length = 256, heads = 8, kv_heads = 2, head_dim = 64, window = 0;
+  bool bf16 = false;
+};
+struct AttentionSample {
+  AttentionShape shape;
+  bool grad = false;       // attention_grad (else attention)
+  AttentionWork work;      // rows and visited pairs on the CPU kernels' tiles
+  double pairs = 0;        // allowed (query, key) pairs (the op's transcendentals)
+  double flops = 0, bytes = 0;  // ops::cost_of
+  double seconds = 0;      // device 0's best of `repeats` runs
+};
+// Times the attention and attention_grad kernels alone, for every shape, on `devices` local
+// devices at once (each on its share of the threads, as a step's devices run them).
+Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std::vector<AttentionShape>& shapes,
+                                                    int repeats = 3);
+
+// Non-negative least squares (relative errors) of seconds = fixed + rows * row + visited
+// pairs * pair over samples of one op, dtype and head width; op, bf16 and head_dim unset.
+AttentionRate fit_attention_rate(const std::vector<AttentionSample>& samples);
 
 // Least squares fit of t = fixed + x / efficiency over (x, t) pairs (seconds), with fixed >= 0
 // and efficiency > 0; through the origin (fixed = 0) when the intercept comes out negative

@@ -9,6 +9,7 @@
 #include "kiln/ir/opcode.h"
 #include "kiln/ops/collective_bytes.h"
 #include "kiln/ops/registry.h"
+#include "kiln/plan/attention_cost.h"
 
 namespace kiln::plan {
 namespace {
@@ -108,6 +109,25 @@ double kernel_seconds(const Target& target, KernelKind kind, double flops, doubl
   return r.fixed_us * 1e-6 + roofline_seconds(target, kind, flops, bytes, bf16_kernel) / r.efficiency;
 }
 
+double kernel_seconds(const Target& target, const ir::Instr& instr, const train::InstrInfo& info, double flops,
+                      double bytes, bool bf16_step) {
+  const KernelKind kind = info.kind;
+  if (kind == KernelKind::kGemm && !target.gemm_shapes.empty()) {
+    if (std::optional<double> efficiency = target.gemm_shape_efficiency(info)) {
+      return roofline_seconds(target, kind, flops, bytes, computes_in_bf16(instr)) / *efficiency;
+    }
+  }
+  if (kind == KernelKind::kAttention && !target.attention.empty()) {
+    if (std::optional<AttentionWork> w = attention_work(instr, target.attention.tile_q, target.attention.tile_k)) {
+      if (std::optional<double> s =
+              target.attention.seconds(w->op, w->bf16, w->head_dim, w->rows, w->visited_pairs, bf16_step)) {
+        return *s;
+      }
+    }
+  }
+  return kernel_seconds(target, kind, flops, bytes, computes_in_bf16(instr), bf16_step);
+}
+
 double roofline_seconds(const Target& target, KernelKind kind, double flops, double bytes, bool bf16) {
   const double memory = bytes / (target.memory_bandwidth_gbs * 1e9);
   if (!rated_by_flops(kind)) return memory;
@@ -123,6 +143,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
                                   : 0.0;
   p.routing_load = load;
   double now = 0, engine_free = 0;
+  double met = 0;  // when the device last finished a collective with its peers (target.peer_lag)
   std::unordered_map<const ir::Instr*, std::pair<double, std::string>> in_flight;  // start -> (end, kind)
   // Issues a collective on the engine at `now`; returns when it ends.
   auto issue = [&](const ir::Instr& instr, const std::string& kind) {
@@ -131,7 +152,8 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
     double bytes = static_cast<double>(ops::collective_bytes(instr).value_or(0));
     if (kind == "ragged_all_to_all" && load > 0) bytes *= load;
     const double seconds = collective_seconds(kind, bytes, layout, target.intra, target.inter);
-    const double begin = std::max(now, engine_free);
+    // The slowest peer issues it peer_lag x the time since they last met later.
+    const double begin = std::max(now + target.peer_lag * (now - met), engine_free);
     engine_free = begin + seconds;
     CollectiveEstimate& c = p.collectives[kind];
     ++c.count;
@@ -142,6 +164,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
     return engine_free;
   };
   auto wait_until = [&](double end, const std::string& kind) {
+    met = std::max(met, end);
     if (end <= now) return;
     p.collectives[kind].exposed_s += end - now;
     p.exposed_s += end - now;
@@ -181,7 +204,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
       flops *= load;
       bytes -= (1 - load) * routed_row_bytes(*instr);
     }
-    const double seconds = kernel_seconds(target, info.kind, flops, bytes, computes_in_bf16(*instr), options.bf16_step);
+    const double seconds = kernel_seconds(target, *instr, info, flops, bytes, options.bf16_step);
     ClassEstimate& c = p.classes[static_cast<int>(info.kind)];
     ++c.count;
     c.flops += flops;

@@ -6,6 +6,9 @@
 //   time = fixed_us(c) + roofline / efficiency(c), where the roofline is
 //     max(FLOPs / peak(dtype), bytes / bandwidth)   gemm, grouped matmul, attention
 //     bytes / bandwidth                             fused, other
+// A calibrated CPU target refines two classes: GEMMs run at the efficiency of the nearest
+// GEMM shape its calibration step timed (target.h GemmShapeRate), attention kernels by their
+// rows and visited tiles (target.h AttentionModel).
 // FLOPs and bytes are the op registry's (ops::cost_of; a multiply-add counts 2); dtype is the
 // first operand's (bf16 kernels run against the bf16 peak).
 //
@@ -20,7 +23,9 @@
 //   all_to_all, ragged:          max((k-1)/g B / bw_intra, (g-k)/g B / bw_inter)
 //                                + (k-1) latency_intra + (g-k) latency_inter
 // One member per node, or members spread unevenly: the flat ring on the inter link.
-// An async start issues the collective on the engine (after the one before it); its done
+// An async start issues the collective on the engine (after the one before it, and not before
+// the slowest peer issues it: target.peer_lag x the time since the device last finished a
+// collective with them); its done
 // waits for it: that wait is the exposed time, the rest of the collective overlapped
 // compute. A synchronous collective is all exposed. Host overhead: host_us_per_kernel before
 // every instruction the device runs (kernels, views, async halves; not plumbing).
@@ -96,5 +101,11 @@ std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr);
 double kernel_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16_kernel,
                       bool bf16_step);
 double roofline_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16);
+// One instruction's seconds (`info` its describe_instruction, flops and bytes as predict_step
+// scales them): a GEMM at the efficiency of the target's nearest calibrated GEMM shape where
+// it has one near enough, an attention kernel by the target's attention model where it has
+// one (attention_cost.h), else kernel_seconds above.
+double kernel_seconds(const Target& target, const ir::Instr& instr, const train::InstrInfo& info, double flops,
+                      double bytes, bool bf16_step);
 
 }  // namespace kiln::plan

@@ -69,7 +69,81 @@ Result<Link> link(const YAML::Node& links, const std::string& key, const std::st
   return l;
 }
 
+// The optional `attention` map (AttentionModel).
+Result<AttentionModel> attention_model(const YAML::Node& n, const std::string& where) {
+  if (!n.IsMap()) return invalid_argument("{}: attention is a map (tile, in_step, rates)", where);
+  AttentionModel m;
+  const YAML::Node tile = n["tile"];
+  if (!tile || !tile.IsSequence() || tile.size() != 2) {
+    return invalid_argument("{}: attention.tile must be [queries, keys] per tile", where);
+  }
+  try {
+    m.tile_q = tile[0].as<int64_t>(), m.tile_k = tile[1].as<int64_t>();
+  } catch (const YAML::Exception&) {
+    return invalid_argument("{}: attention.tile must be two whole numbers", where);
+  }
+  if (m.tile_q <= 0 || m.tile_k <= 0) return invalid_argument("{}: attention.tile must be > 0", where);
+  const YAML::Node in_step = n["in_step"];
+  if (!in_step || !in_step.IsMap()) return invalid_argument("{}: missing attention.in_step (float32, bfloat16)", where);
+  KILN_ASSIGN_OR_RETURN(m.in_step_f32, number(in_step, "float32", where, "attention.in_step."));
+  KILN_ASSIGN_OR_RETURN(m.in_step_bf16, number(in_step, "bfloat16", where, "attention.in_step."));
+  const YAML::Node rates = n["rates"];
+  if (!rates || !rates.IsSequence() || rates.size() == 0) {
+    return invalid_argument("{}: attention.rates must list (op, dtype, head_dim, fixed_us, row_ns, pair_ns)", where);
+  }
+  for (size_t i = 0; i < rates.size(); ++i) {
+    const YAML::Node r = rates[i];
+    const std::string path = fmt::format("attention.rates[{}].", i);
+    if (!r.IsMap()) return invalid_argument("{}: {} is not a map", where, path);
+    AttentionRate a;
+    KILN_ASSIGN_OR_RETURN(a.op, text(r, "op", where, path));
+    if (a.op != "attention" && a.op != "attention_grad") {
+      return invalid_argument("{}: {}op = '{}' (accepted: attention, attention_grad)", where, path, a.op);
+    }
+    KILN_ASSIGN_OR_RETURN(std::string dtype, text(r, "dtype", where, path));
+    if (dtype != "float32" && dtype != "bfloat16") {
+      return invalid_argument("{}: {}dtype = '{}' (accepted: float32, bfloat16)", where, path, dtype);
+    }
+    a.bf16 = dtype == "bfloat16";
+    KILN_ASSIGN_OR_RETURN(double dh, number(r, "head_dim", where, path));
+    a.head_dim = static_cast<int64_t>(dh);
+    KILN_ASSIGN_OR_RETURN(a.fixed_us, number(r, "fixed_us", where, path, true));
+    KILN_ASSIGN_OR_RETURN(a.row_ns, number(r, "row_ns", where, path, true));
+    KILN_ASSIGN_OR_RETURN(a.pair_ns, number(r, "pair_ns", where, path, true));
+    m.rates.push_back(a);
+  }
+  return m;
+}
+
 }  // namespace
+
+std::optional<double> AttentionModel::seconds(const std::string& op, bool bf16, int64_t head_dim, double rows,
+                                              double visited, bool bf16_step) const {
+  const AttentionRate* best = nullptr;
+  for (const AttentionRate& r : rates) {
+    if (r.op != op || r.bf16 != bf16) continue;
+    if (!best || std::abs(r.head_dim - head_dim) < std::abs(best->head_dim - head_dim)) best = &r;
+  }
+  if (!best) return std::nullopt;
+  const double width = static_cast<double>(head_dim) / static_cast<double>(best->head_dim);
+  const double isolated = 1e-6 * best->fixed_us + 1e-9 * (rows * best->row_ns + visited * best->pair_ns * width);
+  return isolated * (bf16_step ? in_step_bf16 : in_step_f32);
+}
+
+std::optional<double> Target::gemm_shape_efficiency(const train::InstrInfo& g) const {
+  auto log2_ratio = [](int64_t a, int64_t b) {
+    return std::abs(std::log2(static_cast<double>(std::max<int64_t>(a, 1)) / static_cast<double>(std::max<int64_t>(b, 1))));
+  };
+  const GemmShapeRate* best = nullptr;
+  double best_distance = 2.0 + 1e-9;  // within 4x over the dimensions together
+  for (const GemmShapeRate& r : gemm_shapes) {
+    if (r.dtype != g.dtype || r.trans_a != g.trans_a || r.trans_b != g.trans_b) continue;
+    const double d = log2_ratio(r.batch, g.batch) + log2_ratio(r.m, g.m) + log2_ratio(r.n, g.n) + log2_ratio(r.k, g.k);
+    if (d < best_distance) best_distance = d, best = &r;
+  }
+  if (!best) return std::nullopt;
+  return best->efficiency;
+}
 
 Result<Target> parse_target(const std::string& yaml_text, const std::string& where) {
   YAML::Node root;
@@ -81,7 +155,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
   if (!root.IsMap()) return invalid_argument("{}: a target file is a YAML mapping", where);
   static const std::vector<std::string> kKeys = {"name",  "description", "sources", "peak_tflops",
                                                  "memory", "links",      "devices_per_node", "kernels",
-                                                 "kernels_bf16", "host_us_per_kernel", "calibrated"};
+                                                 "kernels_bf16", "host_us_per_kernel", "peer_lag", "attention", "gemm_shapes", "calibrated"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
@@ -138,6 +212,35 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
     }
   }
   KILN_ASSIGN_OR_RETURN(t.host_us_per_kernel, number(root, "host_us_per_kernel", where, "", true));
+  if (root["peer_lag"]) {
+    KILN_ASSIGN_OR_RETURN(t.peer_lag, number(root, "peer_lag", where, "", /*allow_zero=*/true));
+  }
+  if (const YAML::Node a = root["attention"]) {
+    KILN_ASSIGN_OR_RETURN(t.attention, attention_model(a, where));
+  }
+  if (const YAML::Node shapes = root["gemm_shapes"]) {
+    if (!shapes.IsSequence()) return invalid_argument("{}: gemm_shapes is a list", where);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const YAML::Node g = shapes[i];
+      const std::string path = fmt::format("gemm_shapes[{}].", i);
+      if (!g.IsMap()) return invalid_argument("{}: {} is not a map", where, path);
+      GemmShapeRate r;
+      KILN_ASSIGN_OR_RETURN(r.dtype, text(g, "dtype", where, path));
+      int64_t* dims[] = {&r.batch, &r.m, &r.n, &r.k};
+      const char* names[] = {"batch", "m", "n", "k"};
+      for (int d = 0; d < 4; ++d) {
+        KILN_ASSIGN_OR_RETURN(double v, number(g, names[d], where, path));
+        *dims[d] = static_cast<int64_t>(v);
+      }
+      try {
+        r.trans_a = g["trans_a"].as<bool>(), r.trans_b = g["trans_b"].as<bool>();
+      } catch (const YAML::Exception&) {
+        return invalid_argument("{}: {}trans_a and trans_b must be true or false", where, path);
+      }
+      KILN_ASSIGN_OR_RETURN(r.efficiency, number(g, "efficiency", where, path));
+      t.gemm_shapes.push_back(r);
+    }
+  }
   if (root["calibrated"]) t.calibrated = root["calibrated"].as<std::string>();
   return t;
 }
@@ -182,6 +285,33 @@ std::string target_to_yaml(const Target& t) {
     out << YAML::EndMap;
   }
   out << YAML::Key << "host_us_per_kernel" << YAML::Value << t.host_us_per_kernel;
+  if (t.peer_lag > 0) out << YAML::Key << "peer_lag" << YAML::Value << t.peer_lag;
+  if (!t.attention.empty()) {
+    const AttentionModel& m = t.attention;
+    out << YAML::Key << "attention" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "tile" << YAML::Value << YAML::Flow << YAML::BeginSeq << m.tile_q << m.tile_k << YAML::EndSeq;
+    out << YAML::Key << "in_step" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "float32"
+        << YAML::Value << m.in_step_f32 << YAML::Key << "bfloat16" << YAML::Value << m.in_step_bf16 << YAML::EndMap;
+    out << YAML::Key << "rates" << YAML::Value << YAML::BeginSeq;
+    for (const AttentionRate& r : m.rates) {
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "op" << YAML::Value << r.op << YAML::Key << "dtype"
+          << YAML::Value << (r.bf16 ? "bfloat16" : "float32") << YAML::Key << "head_dim" << YAML::Value << r.head_dim
+          << YAML::Key << "fixed_us" << YAML::Value << r.fixed_us << YAML::Key << "row_ns" << YAML::Value << r.row_ns
+          << YAML::Key << "pair_ns" << YAML::Value << r.pair_ns << YAML::EndMap;
+    }
+    out << YAML::EndSeq << YAML::EndMap;
+  }
+  if (!t.gemm_shapes.empty()) {
+    out << YAML::Key << "gemm_shapes" << YAML::Value << YAML::BeginSeq;
+    for (const GemmShapeRate& r : t.gemm_shapes) {
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "dtype" << YAML::Value << r.dtype << YAML::Key << "batch"
+          << YAML::Value << r.batch << YAML::Key << "m" << YAML::Value << r.m << YAML::Key << "n" << YAML::Value << r.n
+          << YAML::Key << "k" << YAML::Value << r.k << YAML::Key << "trans_a" << YAML::Value << r.trans_a << YAML::Key
+          << "trans_b" << YAML::Value << r.trans_b << YAML::Key << "efficiency" << YAML::Value << r.efficiency
+          << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -14,9 +14,12 @@
 //                      and fixed_us, a cost every kernel of that class pays (a calibrated
 //                      CPU may exceed 1 on byte classes: small kernels run from cache)
 //   host_us_per_kernel host time between two kernels that the device does not hide
+//   attention          optional (a calibrated CPU): flash attention timed by its visited
+//                      tiles instead of the attention class's roofline (see AttentionModel)
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +48,43 @@ const char* kernel_class_key(train::KernelKind kind);
 // Whether the class is rated against FLOPs (else against bytes moved).
 bool rated_by_flops(train::KernelKind kind);
 
+// A flash attention kernel's time by what it visits (attention_cost.h), fitted to a sweep of
+// the kernels alone: per op (attention, attention_grad), q's dtype and head width,
+//   seconds = in_step * (fixed_us + rows * row_ns + visited pairs * pair_ns)
+// where in_step (per step dtype) is how much slower the calibration step's own attention
+// kernels ran than the sweep's fit says (inputs cold in cache, the step's other threads).
+// A head width the sweep did not time takes the nearest one's rate, its pair term scaled
+// by the width (a pair's dot products grow with it).
+struct AttentionRate {
+  std::string op;  // "attention", "attention_grad"
+  bool bf16 = false;
+  int64_t head_dim = 0;
+  double fixed_us = 0, row_ns = 0, pair_ns = 0;
+};
+struct AttentionModel {
+  int64_t tile_q = 0, tile_k = 0;  // queries x keys per tile
+  double in_step_f32 = 1, in_step_bf16 = 1;
+  std::vector<AttentionRate> rates;
+  bool empty() const { return rates.empty(); }
+  // Seconds of a kernel of `op` with q's dtype bf16 or not, head width `head_dim`, `rows`
+  // query rows and `visited` pairs, in a bf16 step or an f32 one; nullopt when no rate
+  // has that op and dtype.
+  std::optional<double> seconds(const std::string& op, bool bf16, int64_t head_dim, double rows, double visited,
+                                bool bf16_step) const;
+};
+
+// A GEMM shape the calibration timed in its own step (optional list `gemm_shapes`): its
+// efficiency (roofline / measured time, its fixed costs included). A GEMM of the same dtype
+// and transposes within a factor 4 over its dimensions together (the sum of |log2| of the
+// batch, m, n and k ratios <= 2) runs at the nearest one's efficiency instead of its class's:
+// a CPU library's rate moves with the shape and the layout more than one fitted line says.
+struct GemmShapeRate {
+  std::string dtype;  // "f32", "bf16" (the kernel's operands)
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  double efficiency = 1;
+};
+
 struct Target {
   std::string name;         // "h100", "cpu"
   std::string description;  // one line
@@ -61,11 +101,22 @@ struct Target {
   bool bf16_rates = false;
   KernelRate kernels_bf16[static_cast<int>(train::KernelKind::kCount)];
   double host_us_per_kernel = 0;
+  // How far the slowest other member of a collective's group is expected to lag behind this
+  // device when it issues the collective, as a fraction of the time since the two last met in
+  // a collective (optional `peer_lag`; 0: the devices run in lockstep). A calibrated CPU's
+  // virtual devices share its cores and drift apart between collectives, so the device waits
+  // for its peer on top of the transfer.
+  double peer_lag = 0;
+  AttentionModel attention;  // empty: attention kernels by their class's rate
+  std::vector<GemmShapeRate> gemm_shapes;  // empty: GEMMs by their class's rate
   std::string calibrated;  // "" for a published target; else when and on what it was measured
 
   double peak_tflops(bool bf16) const { return bf16 ? peak_tflops_bf16 : peak_tflops_f32; }
   const KernelRate& rate(train::KernelKind kind) const { return kernels[static_cast<int>(kind)]; }
   KernelRate& rate(train::KernelKind kind) { return kernels[static_cast<int>(kind)]; }
+  // The efficiency of the calibrated GEMM shape nearest to `gemm` (a kGemm InstrInfo), as
+  // GemmShapeRate says; nullopt when none is near enough.
+  std::optional<double> gemm_shape_efficiency(const train::InstrInfo& gemm) const;
   // The rate a kernel of `kind` runs at in a bf16 step (or an f32 one).
   const KernelRate& rate(train::KernelKind kind, bool bf16_step) const {
     return bf16_step && bf16_rates ? kernels_bf16[static_cast<int>(kind)] : rate(kind);

@@ -1,0 +1,123 @@
+// Flash attention's visited tiles (plan/attention_cost.h), counted by hand, and the attention
+// and GEMM-shape refinements of a calibrated target in the cost model.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "kiln/base/check.h"
+#include "kiln/ir/parser.h"
+#include "kiln/plan/attention_cost.h"
+#include "kiln/plan/cost_model.h"
+
+namespace kiln::plan {
+namespace {
+
+TEST(VisitedPairs, FullAttentionVisitsEveryTile) {
+  EXPECT_EQ(visited_pairs(128, 128, /*causal=*/false, 0, 64, 64), 128.0 * 128);
+  // A partial last key block is padded to the tile: 100 keys cost 128 columns.
+  EXPECT_EQ(visited_pairs(64, 100, false, 0, 64, 64), 64.0 * 128);
+}
+
+TEST(VisitedPairs, CausalVisitsTheBlocksOnAndBelowTheDiagonal) {
+  // 4 query blocks of 64 see 1, 2, 3, 4 key blocks: 10 tiles of 64 x 64.
+  EXPECT_EQ(visited_pairs(256, 256, true, 0, 64, 64), 10.0 * 64 * 64);
+  // 100 queries: a block of 64 (1 key block) and one of 36 (2 key blocks).
+  EXPECT_EQ(visited_pairs(100, 100, true, 0, 64, 64), 64.0 * 64 + 36.0 * 128);
+}
+
+TEST(VisitedPairs, AWindowShorterThanATileStillVisitsTwoBlocks) {
+  // Window 16: block q0 = 64 sees keys 49..127, blocks 0 and 1; block 0 only block 0.
+  EXPECT_EQ(visited_pairs(256, 256, true, 16, 64, 64), (1.0 + 2 + 2 + 2) * 64 * 64);
+  // Window 128 over 512: blocks from (q0 - 127) / 64 to q0 / 64 + ... : 1, 2, 3, 3, 3, ...
+  EXPECT_EQ(visited_pairs(512, 512, true, 128, 64, 64), (1.0 + 2 + 3 + 3 + 3 + 3 + 3 + 3) * 64 * 64);
+  // Every tile costs its whole width, so per allowed pair a short window costs more.
+  const double allowed_w16 = 16.0 * 17 / 2 + 240.0 * 16;
+  EXPECT_GT(visited_pairs(256, 256, true, 16, 64, 64) / allowed_w16, 7.0);
+}
+
+constexpr const char* kAttention = R"(module @a
+ENTRY computation @main {
+  %q = bf16[2,256,8,32] parameter(), index=0
+  %k = bf16[2,256,2,32] parameter(), index=1
+  %v = bf16[2,256,2,32] parameter(), index=2
+  %s = f32[8] parameter(), index=3
+  ROOT %a = (bf16[2,256,8,32], f32[2,8,256]) attention(%q, %k, %v, %s), causal=1, scale=0.17, window=16
+}
+)";
+
+std::unique_ptr<ir::Module> parsed(const std::string& text) {
+  auto m = ir::parse_module(text);
+  KILN_CHECK(m.ok()) << m.status().to_string();
+  return std::move(*m);
+}
+
+TEST(AttentionWork, ReadsTheShapesAndTheMask) {
+  auto m = parsed(kAttention);
+  std::optional<AttentionWork> w = attention_work(*m->entry()->root(), 64, 64);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->op, "attention");
+  EXPECT_TRUE(w->bf16);
+  EXPECT_EQ(w->head_dim, 32);
+  EXPECT_EQ(w->rows, 2.0 * 256 * 8);
+  EXPECT_EQ(w->visited_pairs, 2.0 * 8 * 7 * 64 * 64);
+  EXPECT_FALSE(attention_work(*m->entry()->param(0), 64, 64).has_value());
+}
+
+Target flat_target() {
+  Target t;
+  t.name = "test";
+  t.peak_tflops_f32 = 1, t.peak_tflops_bf16 = 2;
+  t.memory_gib = 1, t.memory_bandwidth_gbs = 1000;
+  t.intra = {"intra", 1, 10}, t.inter = {"inter", 0.1, 100};
+  for (train::KernelKind k : kKernelClasses) t.rate(k) = {1.0, 0.0};
+  return t;
+}
+
+double step_seconds(const ir::Module& m, const Target& t, bool bf16_step = false) {
+  std::vector<const ir::Instr*> schedule;
+  for (const auto& instr : m.entry()->instructions()) schedule.push_back(instr.get());
+  return predict_step(schedule, config::Mesh(), t, {.bf16_step = bf16_step}).step_s;
+}
+
+TEST(CostModel, ACalibratedAttentionRunsByItsRowsAndVisitedTiles) {
+  auto m = parsed(kAttention);
+  Target t = flat_target();
+  const double roofline = step_seconds(*m, t);
+  t.attention.tile_q = 64, t.attention.tile_k = 64;
+  t.attention.in_step_f32 = 1.5, t.attention.in_step_bf16 = 2;
+  t.attention.rates = {{"attention", true, 64, 10, 3, 0.5}, {"attention", false, 32, 99, 99, 99},
+                       {"attention_grad", true, 32, 99, 99, 99}};
+  const double rows = 2.0 * 256 * 8, visited = 2.0 * 8 * 7 * 64 * 64;
+  // The bf16 forward rate of the nearest width (64 for 32): its pair term halved.
+  const double alone = 10e-6 + 1e-9 * (3 * rows + 0.5 * 0.5 * visited);
+  EXPECT_NEAR(step_seconds(*m, t), 1.5 * alone, 1e-12);
+  EXPECT_NEAR(step_seconds(*m, t, /*bf16_step=*/true), 2 * alone, 1e-12);
+  // No rate for this op and dtype: the class's roofline.
+  t.attention.rates = {{"attention", false, 32, 1, 1, 1}};
+  EXPECT_NEAR(step_seconds(*m, t), roofline, 1e-15);
+}
+
+constexpr const char* kBf16Gemm = R"(module @g
+ENTRY computation @main {
+  %x = bf16[1024,512] parameter(), index=0
+  %w = bf16[512,512] parameter(), index=1
+  ROOT %y = bf16[1024,512] dot_general(%x, %w), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+}
+)";
+
+TEST(CostModel, AGemmNearACalibratedShapeRunsAtItsEfficiency) {
+  auto m = parsed(kBf16Gemm);
+  Target t = flat_target();
+  const double roofline = 2.0 * 1024 * 512 * 512 / 2e12;  // FLOP-bound at the bf16 peak
+  EXPECT_NEAR(step_seconds(*m, t), roofline, 1e-12);
+  // m 768 for 1024 (0.415 of log2 apart), the same n, k and layout: its efficiency.
+  t.gemm_shapes = {{"bf16", 1, 768, 512, 512, false, false, 0.25}, {"bf16", 1, 1024, 512, 512, false, true, 0.9},
+                   {"f32", 1, 1024, 512, 512, false, false, 0.9}};
+  EXPECT_NEAR(step_seconds(*m, t), roofline / 0.25, 1e-12);
+  // Farther than 4x over the dimensions together (m 256 and k 128: 2 + 2): the class's rate.
+  t.gemm_shapes = {{"bf16", 1, 256, 512, 128, false, false, 0.25}};
+  EXPECT_NEAR(step_seconds(*m, t), roofline, 1e-12);
+}
+
+}  // namespace
+}  // namespace kiln::plan
