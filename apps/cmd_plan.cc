@@ -241,7 +241,12 @@ int run_search(const std::vector<std::string>& settings, const plan::Target& tar
   std::vector<Row> rows;
   std::vector<std::string> skipped;
   for (const auto& [f, e, t, d] : factorizations(devices)) {
+    // remat=full only trades step time for activation memory: a mesh that fits without it
+    // at the config's own micro-batches, or whose state alone (the same under either policy)
+    // does not fit, is not compiled again.
+    bool settled = false;
     for (const char* remat : {"none", "full"}) {
+      if (settled) break;
       // Micro-batching trades step time for activation memory, so a mesh and remat policy
       // that fit are not split further; one that does not fit tries more, smaller
       // micro-batches of the same global batch until it fits, they run out, or splitting
@@ -282,10 +287,18 @@ int run_search(const std::vector<std::string>& settings, const plan::Target& tar
                       static_cast<long long>(k), pl->prediction.step_s, mem);
           std::fflush(stdout);
         }
-        if (rows.back().fits) break;
+        if (rows.back().fits) {
+          // Without splitting the batch: remat=full would only add the recomputation.
+          settled = k == base.get_int("gradient_accumulation_steps");
+          break;
+        }
         const plan::StepMemory& m = pl->step.memory;
         const double state = gib(m.parameters + m.optimizer_state + m.bf16_weight_copies);
-        if (state > target.memory_gib || (previous_mem >= 0 && mem >= previous_mem)) break;
+        if (state > target.memory_gib) {
+          settled = true;
+          break;
+        }
+        if (previous_mem >= 0 && mem >= previous_mem) break;
         previous_mem = mem;
       }
       if (!compiled) skipped.push_back(error);

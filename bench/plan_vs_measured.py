@@ -135,14 +135,14 @@ def main():
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kiln_plan_bench_")
     results = {}       # case -> [(measured step, measured split, predicted step, predicted split)]
-    calibrations = []  # the calibration workload's f32 step, every time it ran
+    calibrations = {}  # mesh -> the calibration workload's f32 step, every time it ran
     for r in range(a.repeats):
         for shape in a.shapes.split(","):
             for mesh in a.meshes.split(","):
                 # Calibrated right before the shape's cases on this mesh, so the machine's drift
                 # between calibration and measurement is a minute's, not the run's.
                 target = os.path.join(work, "cpu-%s-%s-%d.yml" % (shape, mesh, r))
-                calibrations.append(calibrate(a, MESHES[mesh], target,
+                calibrations.setdefault(mesh, []).append(calibrate(a, MESHES[mesh], target,
                                               os.path.join(work, "calibrate-%s-%s-%d.log" % (shape, mesh, r))))
                 for dtype in a.dtypes.split(","):
                     case = "%s-%s-%s" % (shape, dtype, mesh)
@@ -153,12 +153,13 @@ def main():
                     results.setdefault(case, []).append((m_step, m_split, p_step, p_split))
                     print("run %d  %-24s measured %.4f s  predicted %.4f s  error %+.1f%%" %
                           (r + 1, case, m_step, p_step, error(p_step, m_step)), flush=True)
-    print("\nThe calibration workload's f32 step over the %d calibrations: min %.3f s, median %.3f s, max %.3f s "
-          "(how much the machine itself moved during the run)" %
-          (len(calibrations), min(calibrations), statistics.median(calibrations), max(calibrations)))
+    for mesh, steps in calibrations.items():
+        print("\nThe calibration workload's f32 step on mesh %s over its %d calibrations: min %.3f s, median %.3f s, "
+              "max %.3f s (how much the machine itself moved during the run)" %
+              (mesh, len(steps), min(steps), statistics.median(steps), max(steps)))
     print("\nMedians over %d runs; the error is the median prediction's against the median measurement." % a.repeats)
     print("| case | measured s/step | predicted | error | runs' errors | by category, measured/predicted s "
-          "(error where >= 5%% of the step) |")
+          "(error where >= 5% of the step) |")
     print("|---|---:|---:|---:|---|---|")
     within, cats_within, cats_total = 0, 0, 0
     for case, runs in results.items():

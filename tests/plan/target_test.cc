@@ -69,7 +69,8 @@ TEST(Target, WriterAndParserAgree) {
   t.rate(train::KernelKind::kFused).efficiency = 1.7;  // a CPU's cached kernels beat DRAM bandwidth
   t.bf16_rates = true;
   for (train::KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 7.5};
-  t.peer_lag = 0.0625;
+  t.collectives_overlap = false;
+  t.collective_in_step = 1.5;
   t.attention.tile_q = 64, t.attention.tile_k = 32;
   t.attention.in_step_f32 = 1.25, t.attention.in_step_bf16 = 0.75;
   t.attention.rates = {{"attention", true, 64, 10, 3, 0.5}, {"attention_grad", false, 32, 0, 7, 1.5}};
@@ -85,7 +86,8 @@ TEST(Target, WriterAndParserAgree) {
     EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/true).efficiency, 0.25) << kernel_class_key(k);
     EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/false).efficiency, t.rate(k).efficiency) << kernel_class_key(k);
   }
-  EXPECT_DOUBLE_EQ(back->peer_lag, 0.0625);
+  EXPECT_FALSE(back->collectives_overlap);
+  EXPECT_DOUBLE_EQ(back->collective_in_step, 1.5);
   EXPECT_EQ(back->attention.tile_q, 64);
   EXPECT_EQ(back->attention.tile_k, 32);
   EXPECT_DOUBLE_EQ(back->attention.in_step_f32, 1.25);

@@ -126,7 +126,7 @@ struct StepTiming {
   double waiting_s = 0;              // per step: device 0's time in collectives (waits_for_collective)
   int64_t steps = 0;
   // Device 0's instructions of the last measured step in the order it ran them, valid while
-  // `trainer` lives (the peer lag is fitted on them), and the mesh they ran on.
+  // `trainer` lives (collective_in_step is fitted on them), and the mesh they ran on.
   std::shared_ptr<train::Trainer> trainer;
   std::vector<const ir::Instr*> schedule;
   config::Mesh mesh;
@@ -288,34 +288,20 @@ Status calibrate_attention(Target& t, int64_t config_head_dim, int64_t devices,
   }
   return ok_status();
 }
-// The peer lag (target.h): the fraction that makes the predicted collective waits of the two
-// steps add up to what device 0 waited in them, by bisection (the waits grow with it).
-void fit_peer_lag(Target& t, const StepTiming (&steps)[2], const std::function<void(const std::string&)>& log) {
-  const double measured = steps[0].waiting_s + steps[1].waiting_s;
-  auto predicted = [&](double lag) {
-    Target c = t;
-    c.peer_lag = lag;
-    double waits = 0;
-    for (const bool bf16_step : {false, true}) {
-      const StepTiming& s = steps[bf16_step];
-      waits += predict_step(s.schedule, s.mesh, c, {.bf16_step = bf16_step}).exposed_s;
-    }
-    return waits;
-  };
-  const double without = predicted(0);
-  double lo = 0, hi = 0;
-  if (without < measured) {
-    hi = 0.25;
-    while (predicted(hi) < measured && hi < 16) lo = hi, hi *= 2;
-    for (int i = 0; i < 40; ++i) {
-      const double mid = 0.5 * (lo + hi);
-      (predicted(mid) < measured ? lo : hi) = mid;
-    }
+// collective_in_step (target.h): what device 0 spent in the two steps' collective
+// instructions over what the link figures say for them (collectives not overlapped).
+void fit_collective_in_step(Target& t, const StepTiming (&steps)[2],
+                            const std::function<void(const std::string&)>& log) {
+  t.collective_in_step = 1;
+  double measured = 0, links = 0;
+  for (const bool bf16_step : {false, true}) {
+    const StepTiming& s = steps[bf16_step];
+    measured += s.waiting_s;
+    links += predict_step(s.schedule, s.mesh, t, {.bf16_step = bf16_step}).collective_s;
   }
-  t.peer_lag = hi;
-  log(fmt::format("collective waits: {:.3f} s per step measured (f32 and bf16 steps), {:.3f} s by the links alone: "
-                  "peer lag {:.4f}",
-                  measured, without, t.peer_lag));
+  if (links > 0 && measured > 0) t.collective_in_step = measured / links;
+  log(fmt::format("collectives in the steps: {:.3f} s measured (f32 and bf16 steps), {:.3f} s by the link figures: x{:.2f}",
+                  measured, links, t.collective_in_step));
 }
 
 }  // namespace
@@ -590,7 +576,10 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   KILN_RETURN_IF_ERROR(calibrate_attention(t, cfg.derived().head_dim, devices, attention_in_step, log));
   t.host_us_per_kernel = gap_instructions > 0 ? 1e6 * gap_s / static_cast<double>(gap_instructions) : 0;
   log(fmt::format("host: {:.1f} us between instructions", t.host_us_per_kernel));
-  if (devices > 1) fit_peer_lag(t, timings, log);
+  // The device threads move the collectives' data themselves (runtime/local_world.cc, and MPI
+  // progresses only while polled): no overlap with compute.
+  t.collectives_overlap = false;
+  if (devices > 1) fit_collective_in_step(t, timings, log);
   for (StepTiming& timing : timings) timing.trainer.reset();
   t.calibrated = fmt::format("{} by kiln plan --calibrate {}", today(), fmt::join(settings, " "));
   t.sources = {fmt::format("measured on this machine by kiln plan --calibrate on {}: peaks by the FMA and bf16 "

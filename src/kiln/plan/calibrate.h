@@ -15,9 +15,10 @@
 //                    windows: per op, dtype and width, a cost per query row and per visited
 //                    pair (attention_cost.h), and how much slower the steps ran their own
 //   host overhead    the steps' wall time not inside any instruction, per instruction
-//   peer lag         on 2 or more virtual devices: the fraction of the time between
-//                    collectives that makes the predicted collective time of the steps what
-//                    device 0 spent in their collective instructions (target.h peer_lag)
+//   collectives      Kiln's CPU runtime moves a collective's data on the device's own thread
+//                    (collectives_overlap false); on 2 or more virtual devices, the factor that
+//                    makes the link figures' collective time of the steps what device 0 spent
+//                    in their collective instructions (target.h collective_in_step)
 //   inter link       all-gathers between MPI ranks (one device each), measured by a job the
 //                    caller launches (CalibrateOptions::inter_link, `kiln plan --calibrate`
 //                    starts `mpiexec -np 2`); without one the intra link's figures stand in

@@ -143,7 +143,6 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
                                   : 0.0;
   p.routing_load = load;
   double now = 0, engine_free = 0;
-  double met = 0;  // when the device last finished a collective with its peers (target.peer_lag)
   std::unordered_map<const ir::Instr*, std::pair<double, std::string>> in_flight;  // start -> (end, kind)
   // Issues a collective on the engine at `now`; returns when it ends.
   auto issue = [&](const ir::Instr& instr, const std::string& kind) {
@@ -151,9 +150,9 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
     const Link& link = layout.nodes > 1 ? target.inter : target.intra;
     double bytes = static_cast<double>(ops::collective_bytes(instr).value_or(0));
     if (kind == "ragged_all_to_all" && load > 0) bytes *= load;
-    const double seconds = collective_seconds(kind, bytes, layout, target.intra, target.inter);
-    // The slowest peer issues it peer_lag x the time since they last met later.
-    const double begin = std::max(now + target.peer_lag * (now - met), engine_free);
+    const double seconds =
+        target.collective_in_step * collective_seconds(kind, bytes, layout, target.intra, target.inter);
+    const double begin = std::max(now, engine_free);
     engine_free = begin + seconds;
     CollectiveEstimate& c = p.collectives[kind];
     ++c.count;
@@ -164,7 +163,6 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
     return engine_free;
   };
   auto wait_until = [&](double end, const std::string& kind) {
-    met = std::max(met, end);
     if (end <= now) return;
     p.collectives[kind].exposed_s += end - now;
     p.exposed_s += end - now;
@@ -180,7 +178,12 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
     const ops::OpDef& def = ops::op_def(instr->opcode());
     if (def.async_role == ops::AsyncRole::kStart) {
       const std::string kind(ir::opcode_name(def.async_of));
-      in_flight[instr] = {issue(*instr, kind), kind};
+      const double end = issue(*instr, kind);
+      if (target.collectives_overlap) {
+        in_flight[instr] = {end, kind};
+      } else {
+        wait_until(end, kind);  // the device's own thread moves the data
+      }
       continue;
     }
     if (def.async_role == ops::AsyncRole::kDone) {

@@ -23,12 +23,13 @@
 //   all_to_all, ragged:          max((k-1)/g B / bw_intra, (g-k)/g B / bw_inter)
 //                                + (k-1) latency_intra + (g-k) latency_inter
 // One member per node, or members spread unevenly: the flat ring on the inter link.
-// An async start issues the collective on the engine (after the one before it, and not before
-// the slowest peer issues it: target.peer_lag x the time since the device last finished a
-// collective with them); its done
-// waits for it: that wait is the exposed time, the rest of the collective overlapped
-// compute. A synchronous collective is all exposed. Host overhead: host_us_per_kernel before
-// every instruction the device runs (kernels, views, async halves; not plumbing).
+// Every collective's time is scaled by target.collective_in_step. An async start issues the
+// collective on the engine (after the one before it); its done waits for it: that wait is
+// the exposed time, the rest of the collective overlapped compute. A synchronous collective
+// is all exposed, and so is every collective on a target whose collectives do not overlap
+// compute (target.collectives_overlap false: the start waits for it). Host overhead:
+// host_us_per_kernel before every instruction the device runs (kernels, views, async
+// halves; not plumbing).
 //
 // MoE routing: with an expert axis of size e > 1, the grouped matmuls and ragged exchanges
 // are compiled for the worst case (one device receives every row). `routing_load` is the

@@ -155,7 +155,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
   if (!root.IsMap()) return invalid_argument("{}: a target file is a YAML mapping", where);
   static const std::vector<std::string> kKeys = {"name",  "description", "sources", "peak_tflops",
                                                  "memory", "links",      "devices_per_node", "kernels",
-                                                 "kernels_bf16", "host_us_per_kernel", "peer_lag", "attention", "gemm_shapes", "calibrated"};
+                                                 "kernels_bf16", "host_us_per_kernel", "collectives_overlap", "collective_in_step", "attention", "gemm_shapes", "calibrated"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
@@ -212,8 +212,15 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
     }
   }
   KILN_ASSIGN_OR_RETURN(t.host_us_per_kernel, number(root, "host_us_per_kernel", where, "", true));
-  if (root["peer_lag"]) {
-    KILN_ASSIGN_OR_RETURN(t.peer_lag, number(root, "peer_lag", where, "", /*allow_zero=*/true));
+  if (const YAML::Node overlap = root["collectives_overlap"]) {
+    try {
+      t.collectives_overlap = overlap.as<bool>();
+    } catch (const YAML::Exception&) {
+      return invalid_argument("{}: collectives_overlap must be true or false", where);
+    }
+  }
+  if (root["collective_in_step"]) {
+    KILN_ASSIGN_OR_RETURN(t.collective_in_step, number(root, "collective_in_step", where, ""));
   }
   if (const YAML::Node a = root["attention"]) {
     KILN_ASSIGN_OR_RETURN(t.attention, attention_model(a, where));
@@ -285,7 +292,8 @@ std::string target_to_yaml(const Target& t) {
     out << YAML::EndMap;
   }
   out << YAML::Key << "host_us_per_kernel" << YAML::Value << t.host_us_per_kernel;
-  if (t.peer_lag > 0) out << YAML::Key << "peer_lag" << YAML::Value << t.peer_lag;
+  if (!t.collectives_overlap) out << YAML::Key << "collectives_overlap" << YAML::Value << false;
+  if (t.collective_in_step != 1) out << YAML::Key << "collective_in_step" << YAML::Value << t.collective_in_step;
   if (!t.attention.empty()) {
     const AttentionModel& m = t.attention;
     out << YAML::Key << "attention" << YAML::Value << YAML::BeginMap;

@@ -101,12 +101,17 @@ struct Target {
   bool bf16_rates = false;
   KernelRate kernels_bf16[static_cast<int>(train::KernelKind::kCount)];
   double host_us_per_kernel = 0;
-  // How far the slowest other member of a collective's group is expected to lag behind this
-  // device when it issues the collective, as a fraction of the time since the two last met in
-  // a collective (optional `peer_lag`; 0: the devices run in lockstep). A calibrated CPU's
-  // virtual devices share its cores and drift apart between collectives, so the device waits
-  // for its peer on top of the transfer.
-  double peer_lag = 0;
+  // Whether a collective's transfer runs beside the compute (optional `collectives_overlap`,
+  // default true: a DMA engine or NIC moves it). Kiln's CPU runtime moves the data on the
+  // device's own thread (virtual devices copy in the start and the done; MPI progresses only
+  // while the device polls it), so on a calibrated CPU it is false and every collective's
+  // time is on the compute stream.
+  bool collectives_overlap = true;
+  // How much longer a collective takes inside the step than the link figures say (optional
+  // `collective_in_step`, default 1): on a calibrated CPU's virtual devices, the wait for a
+  // peer that drifted behind and the contention for the shared cores, fitted on the
+  // calibration step.
+  double collective_in_step = 1;
   AttentionModel attention;  // empty: attention kernels by their class's rate
   std::vector<GemmShapeRate> gemm_shapes;  // empty: GEMMs by their class's rate
   std::string calibrated;  // "" for a published target; else when and on what it was measured
