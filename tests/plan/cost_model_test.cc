@@ -143,10 +143,12 @@ TEST(CostModel, CollectivesThatDoNotOverlapAreAllExposedAndScaledInTheStep) {
   Predicted r = predict(gathered(true), mesh, t);
   EXPECT_NEAR(r.p.exposed_s, gather, 1e-12);
   EXPECT_NEAR(r.p.step_s, 2 * gemm + gather, 1e-12);
-  t.collective_in_step = 1.5;
+  t.collective_in_step_f32 = 1.5;
+  t.collective_in_step_bf16 = 3;
   r = predict(gathered(true), mesh, t);
   EXPECT_NEAR(r.p.collective_s, 1.5 * gather, 1e-12);
   EXPECT_NEAR(r.p.step_s, 2 * gemm + 1.5 * gather, 1e-12);
+  EXPECT_NEAR(predict(gathered(true), mesh, t, {.bf16_step = true}).p.collective_s, 3 * gather, 1e-12);
 }
 
 TEST(CostModel, AGroupAcrossNodesGathersAcrossThemOnlyTheNodesShare) {

@@ -70,7 +70,8 @@ TEST(Target, WriterAndParserAgree) {
   t.bf16_rates = true;
   for (train::KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 7.5};
   t.collectives_overlap = false;
-  t.collective_in_step = 1.5;
+  t.collective_in_step_f32 = 1.5;
+  t.collective_in_step_bf16 = 2.5;
   t.attention.tile_q = 64, t.attention.tile_k = 32;
   t.attention.in_step_f32 = 1.25, t.attention.in_step_bf16 = 0.75;
   t.attention.rates = {{"attention", true, 64, 10, 3, 0.5}, {"attention_grad", false, 32, 0, 7, 1.5}};
@@ -87,7 +88,8 @@ TEST(Target, WriterAndParserAgree) {
     EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/false).efficiency, t.rate(k).efficiency) << kernel_class_key(k);
   }
   EXPECT_FALSE(back->collectives_overlap);
-  EXPECT_DOUBLE_EQ(back->collective_in_step, 1.5);
+  EXPECT_DOUBLE_EQ(back->collective_in_step(false), 1.5);
+  EXPECT_DOUBLE_EQ(back->collective_in_step(true), 2.5);
   EXPECT_EQ(back->attention.tile_q, 64);
   EXPECT_EQ(back->attention.tile_k, 32);
   EXPECT_DOUBLE_EQ(back->attention.in_step_f32, 1.25);

@@ -230,7 +230,6 @@ std::string today() {
   return buf;
 }
 
-
 // The sweep's shapes: head widths 32, 64, 128 and the config's; 128 to 1024 tokens; causal
 // over every key and with windows of 64 and 128 keys (windows and lengths that are not
 // multiples of the tiles pay for partly masked tiles); f32 and bf16; batch 2, 8 query heads
@@ -288,20 +287,20 @@ Status calibrate_attention(Target& t, int64_t config_head_dim, int64_t devices,
   }
   return ok_status();
 }
-// collective_in_step (target.h): what device 0 spent in the two steps' collective
+
+// collective_in_step (target.h), per step dtype: what device 0 spent in the step's collective
 // instructions over what the link figures say for them (collectives not overlapped).
 void fit_collective_in_step(Target& t, const StepTiming (&steps)[2],
                             const std::function<void(const std::string&)>& log) {
-  t.collective_in_step = 1;
-  double measured = 0, links = 0;
   for (const bool bf16_step : {false, true}) {
+    double& factor = bf16_step ? t.collective_in_step_bf16 : t.collective_in_step_f32;
+    factor = 1;
     const StepTiming& s = steps[bf16_step];
-    measured += s.waiting_s;
-    links += predict_step(s.schedule, s.mesh, t, {.bf16_step = bf16_step}).collective_s;
+    const double links = predict_step(s.schedule, s.mesh, t, {.bf16_step = bf16_step}).collective_s;
+    if (links > 0 && s.waiting_s > 0) factor = s.waiting_s / links;
+    log(fmt::format("collectives in the {} step: {:.3f} s measured, {:.3f} s by the link figures: x{:.2f}",
+                    bf16_step ? "bf16" : "f32", s.waiting_s, links, factor));
   }
-  if (links > 0 && measured > 0) t.collective_in_step = measured / links;
-  log(fmt::format("collectives in the steps: {:.3f} s measured (f32 and bf16 steps), {:.3f} s by the link figures: x{:.2f}",
-                  measured, links, t.collective_in_step));
 }
 
 }  // namespace
@@ -348,14 +347,10 @@ Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std:
     for (const bool grad : {false, true}) {
       KILN_ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, ir::parse_module(attention_program(shape, grad)));
       const ir::Instr& kernel = *module->entry()->root();
-      const ops::Cost cost = ops::cost_of(kernel);
       AttentionSample sample;
       sample.shape = shape;
       sample.grad = grad;
       sample.work = *attention_work(kernel, kTileQ, kTileK);
-      sample.pairs = cost.transcendentals;
-      sample.flops = cost.flops;
-      sample.bytes = cost.bytes_read + cost.bytes_written;
       std::vector<double> best(static_cast<size_t>(devices), 1e30);
       KILN_RETURN_IF_ERROR(runtime::run_on_devices(devices, [&](int64_t d) -> Status {
         KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*module, {}));
@@ -383,7 +378,7 @@ Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std:
 AttentionRate fit_attention_rate(const std::vector<AttentionSample>& samples) {
   // Non-negative least squares of t = fixed + rows row + visited pair, each sample weighted
   // by 1 / t (relative errors: the sweep spans 100x in time): the best of the feature
-  // subsets whose unconstrained fit is non-negative (three features: eight subsets).
+  // subsets whose unconstrained fit is non-negative (three features: seven subsets).
   constexpr int kF = 3;
   auto features = [](const AttentionSample& s) {
     return std::array<double, kF>{1.0, s.work.rows, s.work.visited_pairs};

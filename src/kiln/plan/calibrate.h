@@ -64,8 +64,6 @@ struct AttentionSample {
   AttentionShape shape;
   bool grad = false;       // attention_grad (else attention)
   AttentionWork work;      // rows and visited pairs on the CPU kernels' tiles
-  double pairs = 0;        // allowed (query, key) pairs (the op's transcendentals)
-  double flops = 0, bytes = 0;  // ops::cost_of
   double seconds = 0;      // device 0's best of `repeats` runs
 };
 // Times the attention and attention_grad kernels alone, for every shape, on `devices` local

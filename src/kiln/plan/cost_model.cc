@@ -151,7 +151,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
     double bytes = static_cast<double>(ops::collective_bytes(instr).value_or(0));
     if (kind == "ragged_all_to_all" && load > 0) bytes *= load;
     const double seconds =
-        target.collective_in_step * collective_seconds(kind, bytes, layout, target.intra, target.inter);
+        target.collective_in_step(options.bf16_step) * collective_seconds(kind, bytes, layout, target.intra, target.inter);
     const double begin = std::max(now, engine_free);
     engine_free = begin + seconds;
     CollectiveEstimate& c = p.collectives[kind];

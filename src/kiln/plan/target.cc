@@ -219,8 +219,10 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
       return invalid_argument("{}: collectives_overlap must be true or false", where);
     }
   }
-  if (root["collective_in_step"]) {
-    KILN_ASSIGN_OR_RETURN(t.collective_in_step, number(root, "collective_in_step", where, ""));
+  if (const YAML::Node in_step = root["collective_in_step"]) {
+    if (!in_step.IsMap()) return invalid_argument("{}: collective_in_step is a map (float32, bfloat16)", where);
+    KILN_ASSIGN_OR_RETURN(t.collective_in_step_f32, number(in_step, "float32", where, "collective_in_step."));
+    KILN_ASSIGN_OR_RETURN(t.collective_in_step_bf16, number(in_step, "bfloat16", where, "collective_in_step."));
   }
   if (const YAML::Node a = root["attention"]) {
     KILN_ASSIGN_OR_RETURN(t.attention, attention_model(a, where));
@@ -293,7 +295,11 @@ std::string target_to_yaml(const Target& t) {
   }
   out << YAML::Key << "host_us_per_kernel" << YAML::Value << t.host_us_per_kernel;
   if (!t.collectives_overlap) out << YAML::Key << "collectives_overlap" << YAML::Value << false;
-  if (t.collective_in_step != 1) out << YAML::Key << "collective_in_step" << YAML::Value << t.collective_in_step;
+  if (t.collective_in_step_f32 != 1 || t.collective_in_step_bf16 != 1) {
+    out << YAML::Key << "collective_in_step" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "float32"
+        << YAML::Value << t.collective_in_step_f32 << YAML::Key << "bfloat16" << YAML::Value
+        << t.collective_in_step_bf16 << YAML::EndMap;
+  }
   if (!t.attention.empty()) {
     const AttentionModel& m = t.attention;
     out << YAML::Key << "attention" << YAML::Value << YAML::BeginMap;

@@ -107,11 +107,14 @@ struct Target {
   // while the device polls it), so on a calibrated CPU it is false and every collective's
   // time is on the compute stream.
   bool collectives_overlap = true;
-  // How much longer a collective takes inside the step than the link figures say (optional
-  // `collective_in_step`, default 1): on a calibrated CPU's virtual devices, the wait for a
-  // peer that drifted behind and the contention for the shared cores, fitted on the
-  // calibration step.
-  double collective_in_step = 1;
+  // How much longer a collective takes inside an f32 or a bf16 step than the link figures say
+  // (optional `collective_in_step`: float32, bfloat16; default 1): on a calibrated CPU's
+  // virtual devices, the wait for a peer that drifted behind and the contention for the
+  // shared cores, fitted on the calibration's steps.
+  double collective_in_step_f32 = 1, collective_in_step_bf16 = 1;
+  double collective_in_step(bool bf16_step) const {
+    return bf16_step ? collective_in_step_bf16 : collective_in_step_f32;
+  }
   AttentionModel attention;  // empty: attention kernels by their class's rate
   std::vector<GemmShapeRate> gemm_shapes;  // empty: GEMMs by their class's rate
   std::string calibrated;  // "" for a published target; else when and on what it was measured
