@@ -16,6 +16,11 @@
 //   host_us_per_kernel host time between two kernels that the device does not hide
 //   attention          optional (a calibrated CPU): flash attention timed by its visited
 //                      tiles instead of the attention class's roofline (see AttentionModel)
+//   gemm_shapes        optional (a calibrated CPU): the efficiency of each GEMM shape its
+//                      calibration step timed (see GemmShapeRate)
+//   collectives_overlap, collective_in_step
+//                      optional: whether collectives hide behind compute, and how much
+//                      longer they take in a step than the links say (see below)
 #pragma once
 
 #include <array>
