@@ -124,12 +124,8 @@ struct StepTiming {
   double inside_s = 0;               // their time inside instructions
   double wall_s = 0;                 // the measured steps' wall time
   double waiting_s = 0;              // per step: device 0's time in collectives (waits_for_collective)
+  double link_collective_s = 0;      // per step: the same collectives by the link figures alone
   int64_t steps = 0;
-  // Device 0's instructions of the last measured step in the order it ran them, valid while
-  // `trainer` lives (collective_in_step is fitted on them), and the mesh they ran on.
-  std::shared_ptr<train::Trainer> trainer;
-  std::vector<const ir::Instr*> schedule;
-  config::Mesh mesh;
 };
 
 // The device's own time in a collective: an async start or done, or a collective run
@@ -138,9 +134,10 @@ bool waits_for_collective(const ir::Instr& instr) {
   return !ops::op_def(instr.opcode()).plumbing && !train::describe_instruction(instr).collective.empty();
 }
 
-// The config's step with `extra` settings, run quietly for warm-up + measured steps.
+// The config's step with `extra` settings, run quietly for warm-up + measured steps; its
+// collectives costed on `links` (the target as far as its links are measured).
 Result<StepTiming> time_steps(const std::vector<std::string>& settings, const std::vector<std::string>& extra,
-                              const CalibrateOptions& options) {
+                              const CalibrateOptions& options, const Target& links) {
   const std::filesystem::path out =
       std::filesystem::temp_directory_path() / fmt::format("kiln_calibrate_{}", getpid());
   std::vector<std::string> all = settings;
@@ -169,7 +166,8 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
   std::unordered_map<const ir::Instr*, std::optional<train::InstrInfo>> infos;
   const std::vector<InstructionTimer::Sample> samples = timer.take();
   const size_t per_step = samples.size() / static_cast<size_t>(std::max(1, options.measured_steps));
-  for (size_t i = samples.size() - per_step; i < samples.size(); ++i) timing.schedule.push_back(samples[i].instr);
+  std::vector<const ir::Instr*> last_step;  // in the order device 0 ran them
+  for (size_t i = samples.size() - per_step; i < samples.size(); ++i) last_step.push_back(samples[i].instr);
   for (const InstructionTimer::Sample& s : samples) {
     ++timing.instructions;
     timing.inside_s += s.seconds;
@@ -182,8 +180,8 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
     }
   }
   timing.waiting_s /= static_cast<double>(timing.steps);
-  timing.mesh = cfg.derived().mesh;
-  timing.trainer = std::move(trainer);
+  timing.link_collective_s = predict_step(last_step, cfg.derived().mesh, links).collective_s;
+  trainer.reset();
   std::error_code ec;
   std::filesystem::remove_all(out, ec);
   return timing;
@@ -296,10 +294,9 @@ void fit_collective_in_step(Target& t, const StepTiming (&steps)[2],
     double& factor = bf16_step ? t.collective_in_step_bf16 : t.collective_in_step_f32;
     factor = 1;
     const StepTiming& s = steps[bf16_step];
-    const double links = predict_step(s.schedule, s.mesh, t, {.bf16_step = bf16_step}).collective_s;
-    if (links > 0 && s.waiting_s > 0) factor = s.waiting_s / links;
+    if (s.link_collective_s > 0 && s.waiting_s > 0) factor = s.waiting_s / s.link_collective_s;
     log(fmt::format("collectives in the {} step: {:.3f} s measured, {:.3f} s by the link figures: x{:.2f}",
-                    bf16_step ? "bf16" : "f32", s.waiting_s, links, factor));
+                    bf16_step ? "bf16" : "f32", s.waiting_s, s.link_collective_s, factor));
   }
 }
 
@@ -349,7 +346,6 @@ Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std:
       const ir::Instr& kernel = *module->entry()->root();
       AttentionSample sample;
       sample.shape = shape;
-      sample.grad = grad;
       sample.work = *attention_work(kernel, kTileQ, kTileK);
       std::vector<double> best(static_cast<size_t>(devices), 1e30);
       KILN_RETURN_IF_ERROR(runtime::run_on_devices(devices, [&](int64_t d) -> Status {
@@ -515,7 +511,7 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   Target unit = t;  // efficiency 1 and no fixed cost: the roofline alone
   for (const bool bf16_step : {false, true}) {
     const char* dtype = bf16_step ? "bfloat16" : "float32";
-    KILN_ASSIGN_OR_RETURN(timings[bf16_step], time_steps(settings, {std::string("dtype=") + dtype}, options));
+    KILN_ASSIGN_OR_RETURN(timings[bf16_step], time_steps(settings, {std::string("dtype=") + dtype}, options, t));
     const StepTiming& timing = timings[bf16_step];
     for (const TimedKernel& k : timing.kernels) {
       if (k.attention) attention_in_step[bf16_step].push_back(k);
@@ -575,7 +571,6 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   // progresses only while polled): no overlap with compute.
   t.collectives_overlap = false;
   if (devices > 1) fit_collective_in_step(t, timings, log);
-  for (StepTiming& timing : timings) timing.trainer.reset();
   t.calibrated = fmt::format("{} by kiln plan --calibrate {}", today(), fmt::join(settings, " "));
   t.sources = {fmt::format("measured on this machine by kiln plan --calibrate on {}: peaks by the FMA and bf16 "
                            "dot-product loops (backend/cpu/gemm/cpu_peak.h), bandwidth by a triad, the links by all-gathers "

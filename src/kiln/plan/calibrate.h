@@ -62,7 +62,6 @@ struct AttentionShape {
 };
 struct AttentionSample {
   AttentionShape shape;
-  bool grad = false;       // attention_grad (else attention)
   AttentionWork work;      // rows and visited pairs on the CPU kernels' tiles
   double seconds = 0;      // device 0's best of `repeats` runs
 };
