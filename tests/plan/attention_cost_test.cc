@@ -8,6 +8,7 @@
 #include "kiln/ir/parser.h"
 #include "kiln/plan/attention_cost.h"
 #include "kiln/plan/cost_model.h"
+#include "plan_test_target.h"
 
 namespace kiln::plan {
 namespace {
@@ -63,26 +64,21 @@ TEST(AttentionWork, ReadsTheShapesAndTheMask) {
   EXPECT_FALSE(attention_work(*m->entry()->param(0), 64, 64).has_value());
 }
 
-Target flat_target() {
-  Target t;
-  t.name = "test";
-  t.peak_tflops_f32 = 1, t.peak_tflops_bf16 = 2;
-  t.memory_gib = 1, t.memory_bandwidth_gbs = 1000;
-  t.intra = {"intra", 1, 10}, t.inter = {"inter", 0.1, 100};
-  for (train::KernelKind k : kKernelClasses) t.rate(k) = {1.0, 0.0};
+// test_target (plan_test_target.h) with memory fast enough that the kernels below are bound
+// by their FLOPs or by the attention model.
+Target fast_memory_target() {
+  Target t = testing::test_target();
+  t.memory_bandwidth_gbs = 1000;
   return t;
 }
 
-double step_seconds(const ir::Module& m, const Target& t, bool bf16_step = false) {
-  std::vector<const ir::Instr*> schedule;
-  for (const auto& instr : m.entry()->instructions()) schedule.push_back(instr.get());
-  return predict_step(schedule, config::Mesh(), t, {.bf16_step = bf16_step}).step_s;
+double step_seconds(const std::string& text, const Target& t, bool bf16_step = false) {
+  return testing::predict(text, config::Mesh(), t, {.bf16_step = bf16_step}).p.step_s;
 }
 
 TEST(CostModel, ACalibratedAttentionRunsByItsRowsAndVisitedTiles) {
-  auto m = parsed(kAttention);
-  Target t = flat_target();
-  const double roofline = step_seconds(*m, t);
+  Target t = fast_memory_target();
+  const double roofline = step_seconds(kAttention, t);
   t.attention.tile_q = 64, t.attention.tile_k = 64;
   t.attention.in_step_f32 = 1.5, t.attention.in_step_bf16 = 2;
   t.attention.rates = {{"attention", true, 64, 10, 3, 0.5}, {"attention", false, 32, 99, 99, 99},
@@ -90,11 +86,11 @@ TEST(CostModel, ACalibratedAttentionRunsByItsRowsAndVisitedTiles) {
   const double rows = 2.0 * 256 * 8, visited = 2.0 * 8 * 7 * 64 * 64;
   // The bf16 forward rate of the nearest width (64 for 32): its pair term halved.
   const double alone = 10e-6 + 1e-9 * (3 * rows + 0.5 * 0.5 * visited);
-  EXPECT_NEAR(step_seconds(*m, t), 1.5 * alone, 1e-12);
-  EXPECT_NEAR(step_seconds(*m, t, /*bf16_step=*/true), 2 * alone, 1e-12);
+  EXPECT_NEAR(step_seconds(kAttention, t), 1.5 * alone, 1e-12);
+  EXPECT_NEAR(step_seconds(kAttention, t, /*bf16_step=*/true), 2 * alone, 1e-12);
   // No rate for this op and dtype: the class's roofline.
   t.attention.rates = {{"attention", false, 32, 1, 1, 1}};
-  EXPECT_NEAR(step_seconds(*m, t), roofline, 1e-15);
+  EXPECT_NEAR(step_seconds(kAttention, t), roofline, 1e-15);
 }
 
 constexpr const char* kBf16Gemm = R"(module @g
@@ -106,17 +102,17 @@ ENTRY computation @main {
 )";
 
 TEST(CostModel, AGemmNearACalibratedShapeRunsAtItsEfficiency) {
-  auto m = parsed(kBf16Gemm);
-  Target t = flat_target();
+  Target t = fast_memory_target();
   const double roofline = 2.0 * 1024 * 512 * 512 / 2e12;  // FLOP-bound at the bf16 peak
-  EXPECT_NEAR(step_seconds(*m, t), roofline, 1e-12);
+  const double class_rate = 1e-6 + roofline / 0.5;        // the gemm class: half the peak, 1 us
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), class_rate, 1e-12);
   // m 768 for 1024 (0.415 of log2 apart), the same n, k and layout: its efficiency.
   t.gemm_shapes = {{"bf16", 1, 768, 512, 512, false, false, 0.25}, {"bf16", 1, 1024, 512, 512, false, true, 0.9},
                    {"f32", 1, 1024, 512, 512, false, false, 0.9}};
-  EXPECT_NEAR(step_seconds(*m, t), roofline / 0.25, 1e-12);
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), roofline / 0.25, 1e-12);
   // Farther than 4x over the dimensions together (m 256 and k 128: 2 + 2): the class's rate.
   t.gemm_shapes = {{"bf16", 1, 256, 512, 128, false, false, 0.25}};
-  EXPECT_NEAR(step_seconds(*m, t), roofline, 1e-12);
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), class_rate, 1e-12);
 }
 
 }  // namespace

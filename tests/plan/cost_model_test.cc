@@ -1,7 +1,7 @@
 // The cost model on IR text: a kernel's roofline time, overlap of an async collective with
 // the compute between its start and done, the links a group crosses (one or two levels), the ring factors, host
 // time per instruction, and MoE routing bounds. Every expected figure is worked out by hand
-// from the target below.
+// from test_target (plan_test_target.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,43 +10,15 @@
 #include "kiln/base/check.h"
 #include "kiln/ir/parser.h"
 #include "kiln/plan/cost_model.h"
+#include "plan_test_target.h"
 
 namespace kiln::plan {
 namespace {
 
+using testing::predict;
+using testing::Predicted;
+using testing::test_target;
 using train::KernelKind;
-
-// Round numbers: 1 TFLOP/s f32, 1 GB/s memory; gemm at half the peak plus 1 us; the
-// intra link 1 GB/s and 10 us per hop, inter 0.1 GB/s and 100 us; 2 devices per node.
-Target test_target() {
-  Target t;
-  t.name = "test";
-  t.peak_tflops_f32 = 1;
-  t.peak_tflops_bf16 = 2;
-  t.memory_gib = 1;
-  t.memory_bandwidth_gbs = 1;
-  t.intra = {"intra", 1, 10};
-  t.inter = {"inter", 0.1, 100};
-  t.devices_per_node = 2;
-  for (KernelKind k : kKernelClasses) t.rate(k) = {1.0, 0.0};
-  t.rate(KernelKind::kGemm) = {0.5, 1.0};
-  return t;
-}
-
-struct Predicted {
-  std::unique_ptr<ir::Module> module;
-  StepPrediction p;
-};
-
-Predicted predict(const std::string& text, const config::Mesh& mesh, const Target& t, PredictOptions o = {}) {
-  auto m = ir::parse_module(text);
-  KILN_CHECK(m.ok()) << m.status().to_string();
-  std::vector<const ir::Instr*> schedule;
-  for (const auto& instr : (*m)->entry()->instructions()) schedule.push_back(instr.get());
-  Predicted r{std::move(*m), {}};
-  r.p = predict_step(schedule, mesh, t, o);
-  return r;
-}
 
 // x [256,256] @ w [256,256]: 2*256^3 = 33.6 MFLOP; 3 * 256 KiB = 768 KiB moved.
 constexpr const char* kGemm = R"(module @g
