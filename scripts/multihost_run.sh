@@ -286,7 +286,9 @@ cmd_dead_host() {
   # latest complete checkpoint (resharded from 4 devices to 2 on load): global batch 32.
   local ckpt
   ckpt=$(ls "$out/$name/checkpoints" | grep -E '^[0-9]+$' | sort -n | tail -1)
-  "$cluster" hostfile 2 | head -1 >"$out/hosts_survivors"
+  # The first line, read with awk to the end: `head -1` exits at once, and the writer's SIGPIPE
+  # fails the pipeline under pipefail (exit 141) when it is still writing.
+  "$cluster" hostfile 2 | awk 'NR == 1' >"$out/hosts_survivors"
   say "restart on $(cat "$out/hosts_survivors"): 2 ranks, fsdp 2, from checkpoint $ckpt"
   local t0 t1
   t0=$(date +%s.%N)
@@ -311,7 +313,7 @@ cmd_dead_host() {
 
 cmd_unreachable() {
   local prefix=${KILN_NETNS_PREFIX:-10.77.0} msg
-  { "$cluster" hostfile 2 | head -1; echo "$prefix.99 slots=2"; } >"$out/hosts_missing"
+  { "$cluster" hostfile 2 | awk 'NR == 1'; echo "$prefix.99 slots=2"; } >"$out/hosts_missing"
   say "hostfile naming $prefix.99 (no such host):"
   if msg=$(launch "$out/hosts_missing" 4 true 2>&1); then row "unreachable host $prefix.99" - - launched FAIL
   else echo "    $msg"; row "unreachable host $prefix.99" - - "$(wc -l <<<"$msg") line(s) naming it" \

@@ -134,7 +134,9 @@ cmd_agent() {
     "${prefix}".*) ns=kiln-h$((${host##*.} - 1)) ;;
     *) ns="" ;;
   esac
-  if [[ -z $ns ]] || ! ip netns list | awk '{print $1}' | grep -qx -- "$ns"; then
+  # awk reads the whole list: `grep -q` would stop at the match, and under pipefail the
+  # writer's SIGPIPE would read as "no such namespace".
+  if [[ -z $ns ]] || ! ip netns list | awk -v ns="$ns" '$1 == ns { found = 1 } END { exit !found }'; then
     echo "ssh: connect to host $host port 22: No route to host (netns_cluster: no namespace for $host)" >&2
     exit 255
   fi
