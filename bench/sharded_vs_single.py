@@ -36,7 +36,7 @@ NOT_COMPUTE = ("collective", "data wait", "checkpoint stall", "host overhead", "
 
 
 def attribution(text):
-    """Seconds per step by row of the profiler's attribution table (device 0's instructions)."""
+    """Seconds per step by row of the profiler's attribution table (the mean over the devices)."""
     rows = {}
     table = text[text.find("where the step time went"):]
     for m in re.finditer(r"^  (\S.*?)\s{2,}([0-9.]+)\s+[0-9.]+%", table, re.M):
@@ -128,7 +128,7 @@ def main():
     keys = sorted(set(a1).union(*(set(r[3]) for r in runs.values())))
     short = {"sync": "sync", "async, no progress": "no prog", "async": "async", "async, not combined": "no comb",
              "async, ragged blocking": "rag sync"}
-    print("  %-38s %8s %s" % ("seconds per step (device 0)", "1 dev", " ".join("%8s" % short[n] for n in runs)))
+    print("  %-38s %8s %s" % ("seconds per step (device mean)", "1 dev", " ".join("%8s" % short[n] for n in runs)))
     for k in keys:
         if k.startswith(NOT_COMPUTE[1:]) or k == "total":
             continue

@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 
+#include "kiln/ir/parser.h"
+#include "kiln/ops/device_context.h"
 #include "kiln/train/observability/attribution.h"
 #include "kiln/train/observability/tensorboard.h"
+#include "kiln/train/observability/trace.h"
 
 namespace kiln::train {
 namespace {
@@ -158,6 +163,57 @@ TEST(Attribution, CollectivesGetOneRowPerKind) {
   for (const AttributionRow& r : a.rows) rows += r.name.find("collective ") == 0;
   EXPECT_EQ(rows, 2);
   EXPECT_NEAR(a.percent_sum, 100.0, 1e-9);
+}
+
+// Two devices of one process run a GEMM and a gather's done; device 1 was behind, so device 0
+// waited 9 ms in the done and device 1 only 1 ms. The totals are the mean of the two devices
+// (collective 5 ms, GEMM 3 ms, gaps 1.5 ms), with counts per device, not summed.
+TEST(TraceRecorder, TotalsAreTheMeanOverTheDevicesSeen) {
+  auto m = ir::parse_module(R"(module @a
+ENTRY computation @main {
+  %x = f32[64,64] parameter(), index=0
+  %w = f32[32,64] parameter(), index=1
+  %y = f32[64,64] dot_general(%x, %x), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %g.start = f32[64,64] all_gather_start(%w), dim=0, group_size=2, mesh_axes="fsdp"
+  ROOT %g = f32[64,64] all_gather_done(%g.start, %w)
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ir::Instr* gemm = nullptr;
+  const ir::Instr* done = (*m)->entry()->root();
+  for (const auto& i : (*m)->entry()->instructions()) {
+    if (i->opcode() == ir::Opcode::kDotGeneral) gemm = i.get();
+  }
+  ASSERT_NE(gemm, nullptr);
+  TraceRecorder recorder(/*keep_events=*/false);
+  constexpr int64_t kMs = 1000000;
+  recorder.begin_step(1);
+  // (gemm begin, gemm end, done begin, done end) per device, in ms from the step's start.
+  const int64_t times[2][4] = {{0, 2, 3, 12}, {0, 4, 6, 7}};
+  for (int64_t d = 0; d < 2; ++d) {
+    std::thread([&, d] {
+      const ops::DeviceContext context{config::Mesh({"fsdp"}, {2}), d, nullptr};
+      ops::ScopedDeviceContext scope(&context);
+      recorder.on_instruction(*gemm, times[d][0] * kMs, times[d][1] * kMs);
+      recorder.on_instruction(*done, times[d][2] * kMs, times[d][3] * kMs);
+    }).join();
+  }
+  recorder.end_step(1, 0, 13 * kMs);
+  const StepTotals t = recorder.totals();
+  EXPECT_EQ(t.steps, 1);
+  EXPECT_NEAR(t.wall_s, 0.013, 1e-12);
+  const KindTotal& g = t.kinds[static_cast<int>(KernelKind::kGemm)];
+  EXPECT_NEAR(g.seconds, 0.003, 1e-12);
+  EXPECT_EQ(g.count, 1);
+  EXPECT_NEAR(g.flops, 2.0 * 64 * 64 * 64, 1e-6);
+  ASSERT_EQ(t.collectives.count("all_gather"), 1u);
+  EXPECT_NEAR(t.collectives.at("all_gather").seconds, 0.005, 1e-12);
+  EXPECT_EQ(t.collectives.at("all_gather").count, 1);
+  EXPECT_NEAR(t.between_kernels_s, 0.0015, 1e-12);  // gaps of 1 and 2 ms
+  ASSERT_EQ(t.gemm_shapes.size(), 1u);
+  EXPECT_EQ(t.gemm_shapes.begin()->second.count, 1);
+  EXPECT_NEAR(t.gemm_shapes.begin()->second.seconds, 0.003, 1e-12);
+  EXPECT_EQ(t.gemm_shapes.begin()->second.m, 64);
 }
 
 }  // namespace

@@ -9,12 +9,15 @@
 // sets them; each GEMM against its own dtype's peak, grouped matmuls and attention against the
 // compute dtype's, and kMemoryBandwidthGBs for the elementwise kernels' bandwidth rate.
 //
+// Every instruction row is the mean over the process's devices (trace.h StepTotals): on
+// several devices a collective row is mostly one device's wait for the slowest, which falls
+// on whichever device was ahead.
 // Rows: gemm, grouped matmul, attention, fused elementwise, other kernels (native data
 // movement and reductions, reference-evaluation fallbacks), exposed collectives by kind
 // (there is no overlap yet, so all collective time is exposed), rematerialization (values
 // whose name carries ".remat"; their time is taken out of their kernel row), data wait,
 // checkpoint stall, host overhead (measured: the gaps between one instruction's end and the
-// next one's start on the device, within the step: the executable's loop, frees, collective
+// next one's start on a device, within the step: the executable's loop, frees, collective
 // progress), outside the program (the remainder: the step's wall time not inside any of the
 // above: argument conversion before the first kernel and after the last, logging).
 // "Loss" of a row: its time minus the time its model FLOPs need at peak (gemm, grouped

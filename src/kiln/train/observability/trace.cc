@@ -125,7 +125,7 @@ InstrInfo describe_instruction(const ir::Instr& instr) {
   return info;
 }
 
-TraceRecorder::TraceRecorder(bool keep_events, int device) : keep_events_(keep_events), device_(device) {}
+TraceRecorder::TraceRecorder(bool keep_events) : keep_events_(keep_events) {}
 
 int64_t TraceRecorder::now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -139,15 +139,15 @@ int TraceRecorder::thread_index() {  // callers hold mu_
 
 void TraceRecorder::begin_step(int64_t /*step*/) {
   std::lock_guard<std::mutex> lock(mu_);
-  last_end_ns_ = -1;
+  for (auto& [device, d] : devices_) d.last_end_ns = -1;
   observing_ = true;
 }
 
 void TraceRecorder::end_step(int64_t step, int64_t step_begin_ns, int64_t step_end_ns) {
   observing_ = false;
   std::lock_guard<std::mutex> lock(mu_);
-  totals_.wall_s += 1e-9 * static_cast<double>(step_end_ns - step_begin_ns);
-  ++totals_.steps;
+  host_totals_.wall_s += 1e-9 * static_cast<double>(step_end_ns - step_begin_ns);
+  ++host_totals_.steps;
   if (keep_events_) {
     if (origin_ns_ < 0) origin_ns_ = step_begin_ns;
     Event e{-1, 0, thread_index(), step_begin_ns, step_end_ns, fmt::format("step {}", step), "step"};
@@ -163,15 +163,14 @@ void TraceRecorder::on_instruction(const ir::Instr& instr, int64_t begin_ns, int
   auto [it, inserted] = info_of_.emplace(&instr, static_cast<int32_t>(infos_.size()));
   if (inserted) infos_.push_back(describe_instruction(instr));
   const InstrInfo& info = infos_[it->second];
-  devices_.insert(device);
+  DeviceTotals& d = devices_[device];
   if (keep_events_) {
     if (origin_ns_ < 0) origin_ns_ = begin_ns;
     events_.push_back(Event{it->second, static_cast<int32_t>(device) + 1, thread_index(), begin_ns, end_ns, "", ""});
   }
-  // The attribution splits one device's step: every device runs the same program, in step.
-  if (device != device_) return;
-  if (last_end_ns_ >= 0 && begin_ns > last_end_ns_) totals_.between_kernels_s += 1e-9 * static_cast<double>(begin_ns - last_end_ns_);
-  last_end_ns_ = std::max(last_end_ns_, end_ns);
+  StepTotals& totals = d.totals;
+  if (d.last_end_ns >= 0 && begin_ns > d.last_end_ns) totals.between_kernels_s += 1e-9 * static_cast<double>(begin_ns - d.last_end_ns);
+  d.last_end_ns = std::max(d.last_end_ns, end_ns);
   const double s = 1e-9 * static_cast<double>(end_ns - begin_ns);
   auto add = [&](KindTotal& t) {
     t.seconds += s;
@@ -181,13 +180,13 @@ void TraceRecorder::on_instruction(const ir::Instr& instr, int64_t begin_ns, int
   };
   // A recomputed value counts as rematerialization only, not also in its kernel's row.
   if (info.remat) {
-    add(totals_.remat);
+    add(totals.remat);
   } else {
-    add(totals_.kinds[static_cast<int>(info.kind)]);
-    if (!info.collective.empty()) add(totals_.collectives[info.collective]);
+    add(totals.kinds[static_cast<int>(info.kind)]);
+    if (!info.collective.empty()) add(totals.collectives[info.collective]);
   }
   if (info.kind == KernelKind::kGemm && !info.remat) {  // the shapes of the gemm row
-    GemmShapeTotal& g = totals_.gemm_shapes[fmt::format("{} {}x{}x{}x{} {}{}", info.dtype, info.batch, info.m,
+    GemmShapeTotal& g = totals.gemm_shapes[fmt::format("{} {}x{}x{}x{} {}{}", info.dtype, info.batch, info.m,
                                                         info.n, info.k, info.trans_a ? 'T' : 'N',
                                                         info.trans_b ? 'T' : 'N')];
     g.batch = info.batch, g.m = info.m, g.n = info.n, g.k = info.k, g.dtype = info.dtype;
@@ -197,11 +196,42 @@ void TraceRecorder::on_instruction(const ir::Instr& instr, int64_t begin_ns, int
   }
 }
 
+StepTotals TraceRecorder::totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  StepTotals mean = host_totals_;
+  if (devices_.empty()) return mean;
+  const double n = static_cast<double>(devices_.size());
+  const auto n_int = static_cast<int64_t>(devices_.size());
+  auto add = [&](KindTotal& into, const KindTotal& t) {
+    into.seconds += t.seconds / n, into.flops += t.flops / n, into.bytes += t.bytes / n;
+    into.count += t.count;  // summed here, divided below: every device runs the same program
+  };
+  for (const auto& [device, d] : devices_) {
+    const StepTotals& t = d.totals;
+    for (int k = 0; k < static_cast<int>(KernelKind::kCount); ++k) add(mean.kinds[k], t.kinds[k]);
+    for (const auto& [kind, c] : t.collectives) add(mean.collectives[kind], c);
+    add(mean.remat, t.remat);
+    for (const auto& [key, g] : t.gemm_shapes) {
+      GemmShapeTotal& m = mean.gemm_shapes[key];
+      const int64_t count = m.count + g.count;
+      const double seconds = m.seconds + g.seconds / n;
+      m = g;
+      m.count = count, m.seconds = seconds;
+    }
+    mean.between_kernels_s += t.between_kernels_s / n;
+  }
+  for (KindTotal& k : mean.kinds) k.count /= n_int;
+  for (auto& [kind, c] : mean.collectives) c.count /= n_int;
+  mean.remat.count /= n_int;
+  for (auto& [key, g] : mean.gemm_shapes) g.count /= n_int;
+  return mean;
+}
+
 void TraceRecorder::host_span(const std::string& name, const char* category, int64_t begin_ns, int64_t end_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   const double s = 1e-9 * static_cast<double>(end_ns - begin_ns);
-  if (std::string_view(category) == "data") totals_.data_wait_s += s;
-  if (std::string_view(category) == "checkpoint") totals_.checkpoint_s += s;
+  if (std::string_view(category) == "data") host_totals_.data_wait_s += s;
+  if (std::string_view(category) == "checkpoint") host_totals_.checkpoint_s += s;
   if (keep_events_) {
     if (origin_ns_ < 0) origin_ns_ = begin_ns;
     events_.push_back(Event{-1, 0, thread_index(), begin_ns, end_ns, name, category});
@@ -214,8 +244,8 @@ Status TraceRecorder::write_json(const std::string& path) const {
   // Hand-streamed (not one big json object): a trace holds ~10^5 events.
   out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   out << fmt::format(R"({{"name": "process_name", "ph": "M", "pid": 0, "args": {{"name": "host"}}}})");
-  std::set<int64_t> devices = devices_;
-  devices.insert(device_);
+  std::set<int64_t> devices = {0};  // a trace names device 0 even when no instruction ran
+  for (const auto& [d, totals] : devices_) devices.insert(d);
   for (int64_t d : devices) {
     out << fmt::format(",\n{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": {}, \"args\": {{\"name\": \"device {}\"}}}}",
                        d + 1, d);

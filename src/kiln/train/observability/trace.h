@@ -6,7 +6,10 @@
 // checkpoint stalls, eval), one thread track per OS thread; process "device N" (pid N+1)
 // holds every instruction the device's executable ran, one track per thread that ran it
 // (the device comes from ops::current_device(), which the runtime sets on each virtual
-// device's thread). Totals (the attribution) count the instructions of `device` only.
+// device's thread). Totals (the attribution) are the mean over the devices this process ran:
+// every device runs the same program, and what one device spends in a collective is mostly
+// its wait for the slowest peer, which falls on whichever device was ahead; the mean is the
+// per-device figure a cost model predicts, and moves far less from run to run.
 // Instruction events come through backend::InstructionObserver, so any instruction a backend
 // runs (kernels, GEMMs, collective start/done pairs) shows up without trace code per op.
 //
@@ -17,8 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -75,8 +78,8 @@ struct StepTotals {
   KindTotal remat;                                         // recomputed instructions (not in kinds)
   std::unordered_map<std::string, GemmShapeTotal> gemm_shapes;
   double data_wait_s = 0, checkpoint_s = 0, wall_s = 0;
-  // Measured: the gaps between one instruction's end and the next one's start on the
-  // observed device, within each step (the executable's loop, frees, collective progress).
+  // Measured: the gaps between one instruction's end and the next one's start on a device,
+  // within each step (the executable's loop, frees, collective progress).
   double between_kernels_s = 0;
   int64_t steps = 0;
 };
@@ -84,7 +87,7 @@ struct StepTotals {
 class TraceRecorder : public backend::InstructionObserver {
  public:
   // keep_events: store trace events (profiler=trace); totals are accumulated either way.
-  explicit TraceRecorder(bool keep_events, int device = 0);
+  explicit TraceRecorder(bool keep_events);
 
   // Between begin and end of an observed step, instructions and host spans count.
   void begin_step(int64_t step);
@@ -95,7 +98,9 @@ class TraceRecorder : public backend::InstructionObserver {
   // A host span ("data wait", "checkpoint save", "metrics"); category: data, checkpoint, host.
   void host_span(const std::string& name, const char* category, int64_t begin_ns, int64_t end_ns);
 
-  const StepTotals& totals() const { return totals_; }
+  // Instruction totals: the mean over the devices seen; wall, data and checkpoint time and
+  // the step count: the host's.
+  StepTotals totals() const;
   int64_t event_count() const { return static_cast<int64_t>(events_.size()); }
   // Writes {"traceEvents": [...], "displayTimeUnit": "ms"} with process and thread names.
   Status write_json(const std::string& path) const;
@@ -112,18 +117,21 @@ class TraceRecorder : public backend::InstructionObserver {
   };
   int thread_index();
 
+  struct DeviceTotals {
+    StepTotals totals;         // its instructions only
+    int64_t last_end_ns = -1;  // its last instruction's end in this step
+  };
+
   bool keep_events_;
-  int device_;
   bool observing_ = false;
-  int64_t last_end_ns_ = -1;  // the observed device's last instruction end in this step
   int64_t origin_ns_ = -1;  // first event: trace timestamps start near 0
   std::vector<Event> events_;
   std::vector<InstrInfo> infos_;
   std::unordered_map<const ir::Instr*, int32_t> info_of_;
   std::unordered_map<std::thread::id, int> threads_;
-  std::set<int64_t> devices_;  // devices whose instructions were seen
-  std::mutex mu_;  // threads_ and events_ (instructions may come from several threads)
-  StepTotals totals_;
+  std::map<int64_t, DeviceTotals> devices_;  // by device, those whose instructions were seen
+  StepTotals host_totals_;                   // wall, data wait, checkpoint, steps
+  mutable std::mutex mu_;  // events_ and the maps and totals above (instructions come from several threads)
 };
 
 }  // namespace kiln::train
