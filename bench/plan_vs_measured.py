@@ -24,8 +24,9 @@ how far the calibration workload's own step moved over the calibrations.
 The attribution's host row is the step's wall time not inside any kernel, data or
 checkpoint span (train/observability/attribution.h), and its remat row is taken out of the
 kernel rows; the plan counts recomputed kernels in their class, so remat_policy=none here.
-Its collective rows are the device's time in collective instructions (async starts and
-dones, synchronous collectives); the plan's are its exposed time.
+Every row is the mean over the run's devices; its collective rows are their time in
+collective instructions (async starts and dones, synchronous collectives), which on 2
+virtual devices is mostly the wait for the one behind; the plan's are its exposed time.
 
 Usage: /usr/bin/python3 bench/plan_vs_measured.py [--kiln build/kiln] [--steps 6] [--repeats 3]
                                                   [--shapes tiny,small,moe] [--dtypes float32,bfloat16]

@@ -1,10 +1,11 @@
 // The cost model on IR text: a kernel's roofline time, overlap of an async collective with
 // the compute between its start and done, the links a group crosses (one or two levels), the ring factors, host
-// time per instruction, and MoE routing bounds. Every expected figure is worked out by hand
+// time per instruction, the wait for the slowest device, and MoE routing bounds. Every expected figure is worked out by hand
 // from test_target (plan_test_target.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "kiln/base/check.h"
@@ -121,6 +122,53 @@ TEST(CostModel, CollectivesThatDoNotOverlapAreAllExposedAndScaledInTheStep) {
   EXPECT_NEAR(r.p.collective_s, 1.5 * gather, 1e-12);
   EXPECT_NEAR(r.p.step_s, 2 * gemm + 1.5 * gather, 1e-12);
   EXPECT_NEAR(predict(gathered(true), mesh, t, {.bf16_step = true}).p.collective_s, 3 * gather, 1e-12);
+}
+
+// A GEMM, a gathered weight, a second GEMM, a second gathered weight, a last GEMM.
+constexpr char kTwoGathers[] = R"(module @a
+ENTRY computation @main {
+  %x = f32[256,256] parameter(), index=0
+  %w = f32[128,256] parameter(), index=1
+  %h = f32[256,256] dot_general(%x, %x), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %g1.start = f32[256,256] all_gather_start(%w), dim=0, group_size=2, mesh_axes="fsdp"
+  %g1 = f32[256,256] all_gather_done(%g1.start, %w)
+  %h2 = f32[256,256] dot_general(%h, %g1), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+  %g2.start = f32[256,256] all_gather_start(%w), dim=0, group_size=2, mesh_axes="fsdp"
+  %g2 = f32[256,256] all_gather_done(%g2.start, %w)
+  ROOT %y = f32[256,256] dot_general(%h2, %g2), lhs_contract={1}, rhs_contract={0}, lhs_batch={}, rhs_batch={}
+}
+)";
+
+TEST(CostModel, TheWaitForTheSlowestDeviceGrowsSlowerThanTheComputeBeforeIt) {
+  Target t = test_target();
+  t.collective_wait_f32 = 0.1;
+  t.collective_wait_bf16 = 0.3;
+  EXPECT_NEAR(t.collective_wait_seconds(false, 0.010), 0.001, 1e-15);  // a tenth of 10 ms
+  EXPECT_NEAR(t.collective_wait_seconds(true, 0.010), 0.003, 1e-15);
+  // 1 s of compute: 100 times 10 ms, the wait 100^0.8 = 39.8 times 1 ms (4% of it).
+  EXPECT_NEAR(t.collective_wait_seconds(false, 1.0), 0.001 * std::pow(100.0, 0.8), 1e-12);
+  EXPECT_EQ(t.collective_wait_seconds(false, 0), 0);
+  t.collective_wait_f32 = 0;
+  EXPECT_EQ(t.collective_wait_seconds(false, 1.0), 0);
+}
+
+TEST(CostModel, EachCollectiveWaitsAfterTheComputeSinceThePreviousOne) {
+  Target t = test_target();
+  t.collectives_overlap = false;
+  const config::Mesh mesh({"fsdp"}, {2});
+  const double gemm = 1e-6 + 3.0 * 256 * 256 * 4 / 1e9 / 0.5;
+  const double gather = 0.5 * 256 * 256 * 4 / 1e9 + 10e-6;
+  EXPECT_NEAR(predict(kTwoGathers, mesh, t).p.collective_s, 2 * gather, 1e-12);  // no wait by default
+  t.collective_wait_f32 = 0.1;
+  t.collective_wait_bf16 = 0.3;
+  // Each gather waits after the one GEMM before it (the second's span restarts at the
+  // first's issue); the last GEMM comes after every collective and adds no wait.
+  const double wait = 0.1 * 0.010 * std::pow(gemm / 0.010, 0.8);
+  Predicted r = predict(kTwoGathers, mesh, t);
+  EXPECT_NEAR(r.p.collective_s, 2 * gather + 2 * wait, 1e-12);
+  EXPECT_NEAR(r.p.exposed_s, 2 * gather + 2 * wait, 1e-12);
+  EXPECT_NEAR(r.p.step_s, 3 * gemm + 2 * gather + 2 * wait, 1e-12);
+  EXPECT_NEAR(predict(kTwoGathers, mesh, t, {.bf16_step = true}).p.collective_s, 2 * gather + 6 * wait, 1e-12);
 }
 
 TEST(CostModel, AGroupAcrossNodesGathersAcrossThemOnlyTheNodesShare) {

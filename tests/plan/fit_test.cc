@@ -1,5 +1,8 @@
-// calibrate's least-squares fit of t = fixed + roofline / efficiency.
+// calibrate's fits: kernel rates (t = fixed + roofline / efficiency), attention rates, and
+// the split of a step's collective time on several devices.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "kiln/plan/calibrate.h"
 
@@ -67,6 +70,33 @@ TEST(AttentionRateFit, NoTermComesOutNegative) {
   EXPECT_GE(r.fixed_us, 0);
   EXPECT_EQ(r.row_ns, 0);
   EXPECT_GT(r.pair_ns, 0);
+}
+
+TimedInstruction kernel(double s) { return {false, false, true, s}; }
+TimedInstruction start(double s) { return {true, true, false, s}; }
+TimedInstruction done(double s) { return {true, false, false, s}; }
+
+TEST(CollectiveSplit, TheLastToArriveWaitedLeastAndTheRestIsWaiting) {
+  // Two steps of: kernel, gather start, kernel, gather done, kernel. Device 0 ran ahead in
+  // step 1 (waited 5 ms in the done), device 1 in step 2 (waited 3 ms in its start).
+  const std::vector<std::vector<TimedInstruction>> devices = {
+      {kernel(0.010), start(0.001), kernel(0.004), done(0.006), kernel(0.002),
+       kernel(0.012), start(0.001), kernel(0.004), done(0.001), kernel(0.002)},
+      {kernel(0.011), start(0.001), kernel(0.008), done(0.001), kernel(0.002),
+       kernel(0.010), start(0.004), kernel(0.004), done(0.001), kernel(0.002)}};
+  const CollectiveSplit c = split_collective_time(devices, 2);
+  // Per step: the devices' mean time in collectives ((0.007 + 0.002) + (0.002 + 0.005)) / 2 / 2.
+  EXPECT_NEAR(c.in_collectives_s, 0.004, 1e-12);
+  // The least of each collective: step 1 start 1 ms, done 1 ms; step 2 start 1 ms, done 1 ms.
+  EXPECT_NEAR(c.transfer_s, 0.002, 1e-12);
+  // Compute before each issue, restarting at each step: device 0 10 and 12 ms, device 1 11
+  // and 10 ms; the kernels after the start and at a step's end come before no issue.
+  EXPECT_NEAR(c.compute_before_s, (0.010 + 0.012 + 0.011 + 0.010) / 2 / 2, 1e-12);
+  // As the wait model weighs those spans: 10 ms counts 10 ms, 12 and 11 ms a little less than
+  // their share.
+  auto weighed = [](double c) { return 0.010 * std::pow(c / 0.010, 0.8); };
+  EXPECT_NEAR(c.wait_basis_s, (weighed(0.010) + weighed(0.012) + weighed(0.011) + weighed(0.010)) / 2 / 2, 1e-12);
+  EXPECT_EQ(split_collective_time({}, 2).in_collectives_s, 0);
 }
 
 }  // namespace

@@ -72,6 +72,7 @@ TEST(Target, WriterAndParserAgree) {
   t.collectives_overlap = false;
   t.collective_in_step_f32 = 1.5;
   t.collective_in_step_bf16 = 2.5;
+  t.collective_wait_f32 = 0.0625, t.collective_wait_bf16 = 0.125;
   t.attention.tile_q = 64, t.attention.tile_k = 32;
   t.attention.in_step_f32 = 1.25, t.attention.in_step_bf16 = 0.75;
   t.attention.rates = {{"attention", true, 64, 10, 3, 0.5}, {"attention_grad", false, 32, 0, 7, 1.5}};
@@ -90,6 +91,8 @@ TEST(Target, WriterAndParserAgree) {
   EXPECT_FALSE(back->collectives_overlap);
   EXPECT_DOUBLE_EQ(back->collective_in_step(false), 1.5);
   EXPECT_DOUBLE_EQ(back->collective_in_step(true), 2.5);
+  EXPECT_DOUBLE_EQ(back->collective_wait(false), 0.0625);
+  EXPECT_DOUBLE_EQ(back->collective_wait(true), 0.125);
   EXPECT_EQ(back->attention.tile_q, 64);
   EXPECT_EQ(back->attention.tile_k, 32);
   EXPECT_DOUBLE_EQ(back->attention.in_step_f32, 1.25);
@@ -116,7 +119,8 @@ TEST(Target, WriterAndParserAgree) {
            {"op: attention_grad", "op: softmax", "attention.rates[1].op"},
            {"tile: [64, 32]", "tile: [64]", "attention.tile"},
            {"dtype: bfloat16, head_dim", "dtype: fp8, head_dim", "attention.rates[0].dtype"},
-           {"efficiency: 0.375", "efficiency: -1", "gemm_shapes[0].efficiency"}}) {
+           {"efficiency: 0.375", "efficiency: -1", "gemm_shapes[0].efficiency"},
+           {"bfloat16: 0.125", "bfloat16: -0.125", "collective_wait.bfloat16"}}) {
     const size_t at = text.find(from);
     ASSERT_NE(at, std::string::npos) << from << "\n" << text;
     Result<Target> bad = parse_target(std::string(text).replace(at, from.size(), to), "bad.yml");

@@ -85,17 +85,18 @@ Result<Link> measure_local_link(int64_t devices) {
   return measure_link(world, fmt::format("shared memory between {} virtual devices", devices));
 }
 
-// Times every instruction device 0 runs (the others run the same program).
+// Times every instruction every local device runs.
 class InstructionTimer : public backend::InstructionObserver {
  public:
   struct Sample {
     const ir::Instr* instr;
+    int64_t device;
     double seconds;
   };
   void on_instruction(const ir::Instr& instr, int64_t begin_ns, int64_t end_ns) override {
-    if (ops::current_device().device != 0) return;
+    const int64_t device = ops::current_device().device;
     std::lock_guard<std::mutex> lock(mu_);
-    samples_.push_back({&instr, 1e-9 * static_cast<double>(end_ns - begin_ns)});
+    samples_.push_back({&instr, device, 1e-9 * static_cast<double>(end_ns - begin_ns)});
   }
   std::vector<Sample> take() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -123,7 +124,7 @@ struct StepTiming {
   int64_t instructions = 0;          // every instruction device 0 ran in them
   double inside_s = 0;               // their time inside instructions
   double wall_s = 0;                 // the measured steps' wall time
-  double waiting_s = 0;              // per step: device 0's time in collectives (waits_for_collective)
+  CollectiveSplit collectives;       // per step, over every local device
   double link_collective_s = 0;      // per step: the same collectives by the link figures alone
   int64_t steps = 0;
 };
@@ -132,6 +133,17 @@ struct StepTiming {
 // synchronously (what the attribution report's collective rows count).
 bool waits_for_collective(const ir::Instr& instr) {
   return !ops::op_def(instr.opcode()).plumbing && !train::describe_instruction(instr).collective.empty();
+}
+
+// How split_collective_time sees one instruction a device ran.
+TimedInstruction timed_instruction(const ir::Instr& instr, double seconds) {
+  const ops::OpDef& def = ops::op_def(instr.opcode());
+  TimedInstruction t;
+  t.seconds = seconds;
+  t.collective = waits_for_collective(instr);
+  t.issues = t.collective && def.async_role != ops::AsyncRole::kDone;
+  t.kernel = !t.collective && !def.plumbing && !def.aliases_operand;
+  return t;
 }
 
 // The config's step with `extra` settings, run quietly for warm-up + measured steps; its
@@ -164,14 +176,21 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
   trainer->set_instruction_observer(nullptr);
   timing.steps = options.measured_steps;
   std::unordered_map<const ir::Instr*, std::optional<train::InstrInfo>> infos;
-  const std::vector<InstructionTimer::Sample> samples = timer.take();
+  std::map<int64_t, std::vector<TimedInstruction>> by_device;  // every device, in the order it ran them
+  std::vector<InstructionTimer::Sample> samples;                // device 0's (the kernel rates')
+  for (const InstructionTimer::Sample& s : timer.take()) {
+    by_device[s.device].push_back(timed_instruction(*s.instr, s.seconds));
+    if (s.device == 0) samples.push_back(s);
+  }
+  std::vector<std::vector<TimedInstruction>> per_device;
+  for (auto& [device, instrs] : by_device) per_device.push_back(std::move(instrs));
+  timing.collectives = split_collective_time(per_device, options.measured_steps);
   const size_t per_step = samples.size() / static_cast<size_t>(std::max(1, options.measured_steps));
   std::vector<const ir::Instr*> last_step;  // in the order device 0 ran them
   for (size_t i = samples.size() - per_step; i < samples.size(); ++i) last_step.push_back(samples[i].instr);
   for (const InstructionTimer::Sample& s : samples) {
     ++timing.instructions;
     timing.inside_s += s.seconds;
-    if (waits_for_collective(*s.instr)) timing.waiting_s += s.seconds;
     auto it = infos.find(s.instr);
     if (it == infos.end()) it = infos.emplace(s.instr, describe_kernel(*s.instr)).first;
     if (it->second) {
@@ -179,7 +198,6 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
           {*it->second, computes_in_bf16(*s.instr), s.seconds, attention_work(*s.instr, kTileQ, kTileK)});
     }
   }
-  timing.waiting_s /= static_cast<double>(timing.steps);
   timing.link_collective_s = predict_step(last_step, cfg.derived().mesh, links).collective_s;
   trainer.reset();
   std::error_code ec;
@@ -286,21 +304,68 @@ Status calibrate_attention(Target& t, int64_t config_head_dim, int64_t devices,
   return ok_status();
 }
 
-// collective_in_step (target.h), per step dtype: what device 0 spent in the step's collective
-// instructions over what the link figures say for them (collectives not overlapped).
-void fit_collective_in_step(Target& t, const StepTiming (&steps)[2],
-                            const std::function<void(const std::string&)>& log) {
+// collective_in_step and collective_wait (target.h), per step dtype: the step's collective
+// time split into the transfer (the least any device spent in each collective) over what the
+// link figures say for it, and the rest, the devices' wait for the slowest, over what
+// collective_wait = 1 gives for the compute spans before the collectives.
+void fit_collectives(Target& t, const StepTiming (&steps)[2], const std::function<void(const std::string&)>& log) {
   for (const bool bf16_step : {false, true}) {
     double& factor = bf16_step ? t.collective_in_step_bf16 : t.collective_in_step_f32;
-    factor = 1;
+    double& wait = bf16_step ? t.collective_wait_bf16 : t.collective_wait_f32;
     const StepTiming& s = steps[bf16_step];
-    if (s.link_collective_s > 0 && s.waiting_s > 0) factor = s.waiting_s / s.link_collective_s;
-    log(fmt::format("collectives in the {} step: {:.3f} s measured, {:.3f} s by the link figures: x{:.2f}",
-                    bf16_step ? "bf16" : "f32", s.waiting_s, s.link_collective_s, factor));
+    const CollectiveSplit& c = s.collectives;
+    factor = s.link_collective_s > 0 && c.transfer_s > 0 ? c.transfer_s / s.link_collective_s : 1;
+    const double waited = std::max(0.0, c.in_collectives_s - c.transfer_s);
+    wait = c.wait_basis_s > 0 ? waited / c.wait_basis_s : 0;
+    log(fmt::format("collectives in the {} step: {:.4f} s per device, of it {:.4f} s moving data ({:.4f} s by the link "
+                    "figures: x{:.2f}) and {:.4f} s waiting for the slowest device ({:.1f}% of the {:.3f} s of compute "
+                    "before them; collective_wait {:.3f})",
+                    bf16_step ? "bf16" : "f32", c.in_collectives_s, c.transfer_s, s.link_collective_s, factor, waited,
+                    c.compute_before_s > 0 ? 100 * waited / c.compute_before_s : 0.0, c.compute_before_s, wait));
   }
 }
 
 }  // namespace
+
+CollectiveSplit split_collective_time(const std::vector<std::vector<TimedInstruction>>& per_device, int steps) {
+  CollectiveSplit split;
+  if (per_device.empty() || steps <= 0) return split;
+  const double devices = static_cast<double>(per_device.size());
+  Target unit_wait;  // collective_wait = 1
+  unit_wait.collective_wait_f32 = 1;
+  std::vector<std::vector<double>> collective_times;  // per device, its collectives in order
+  for (const std::vector<TimedInstruction>& instrs : per_device) {
+    collective_times.emplace_back();
+    const size_t per_step = instrs.size() / static_cast<size_t>(steps);
+    double since_issue = 0;
+    for (size_t i = 0; i < instrs.size(); ++i) {
+      const TimedInstruction& t = instrs[i];
+      if (per_step > 0 && i % per_step == 0) since_issue = 0;  // a step starts with the devices together
+      if (t.collective) {
+        split.in_collectives_s += t.seconds / devices;
+        collective_times.back().push_back(t.seconds);
+      }
+      if (t.kernel) since_issue += t.seconds;
+      if (t.issues) {
+        split.compute_before_s += since_issue / devices;
+        split.wait_basis_s += unit_wait.collective_wait_seconds(false, since_issue) / devices;
+        since_issue = 0;
+      }
+    }
+  }
+  // The k-th collective instruction of every device is the same collective (one program);
+  // the device that came last to it waited least.
+  size_t count = collective_times[0].size();
+  for (const std::vector<double>& c : collective_times) count = std::min(count, c.size());
+  for (size_t k = 0; k < count; ++k) {
+    double least = collective_times[0][k];
+    for (const std::vector<double>& c : collective_times) least = std::min(least, c[k]);
+    split.transfer_s += least;
+  }
+  const double n = static_cast<double>(steps);
+  split.in_collectives_s /= n, split.transfer_s /= n, split.compute_before_s /= n, split.wait_basis_s /= n;
+  return split;
+}
 
 Result<Link> measure_link(runtime::World& world, const std::string& name) {
   Link link;
@@ -570,7 +635,7 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   // The device threads move the collectives' data themselves (runtime/local_world.cc, and MPI
   // progresses only while polled): no overlap with compute.
   t.collectives_overlap = false;
-  if (devices > 1) fit_collective_in_step(t, timings, log);
+  if (devices > 1) fit_collectives(t, timings, log);
   t.calibrated = fmt::format("{} by kiln plan --calibrate {}", today(), fmt::join(settings, " "));
   t.sources = {fmt::format("measured on this machine by kiln plan --calibrate on {}: peaks by the FMA and bf16 "
                            "dot-product loops (backend/cpu/gemm/cpu_peak.h), bandwidth by a triad, the links by all-gathers "

@@ -16,9 +16,10 @@
 //                    pair (attention_cost.h), and how much slower the steps ran their own
 //   host overhead    the steps' wall time not inside any instruction, per instruction
 //   collectives      Kiln's CPU runtime moves a collective's data on the device's own thread
-//                    (collectives_overlap false); on 2 or more virtual devices, the factor that
-//                    makes the link figures' collective time of the steps what device 0 spent
-//                    in their collective instructions (target.h collective_in_step)
+//                    (collectives_overlap false); on 2 or more virtual devices, the steps'
+//                    collective time split (split_collective_time): the transfer against the
+//                    link figures (target.h collective_in_step), and the devices' wait for
+//                    the slowest against the compute spans before it (collective_wait)
 //   inter link       all-gathers between MPI ranks (one device each), measured by a job the
 //                    caller launches (CalibrateOptions::inter_link, `kiln plan --calibrate`
 //                    starts `mpiexec -np 2`); without one the intra link's figures stand in
@@ -38,7 +39,7 @@ namespace kiln::plan {
 
 struct CalibrateOptions {
   int warmup_steps = 1;
-  int measured_steps = 3;
+  int measured_steps = 5;
   std::function<void(const std::string&)> log;  // progress lines (may be empty)
   // Measures the link between MPI ranks (may be empty: not measured); an error is logged and
   // the intra figures stand in.
@@ -74,6 +75,27 @@ Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std:
 // pairs * pair over samples of one op, dtype and head width; op, bf16 and head_dim unset.
 AttentionRate fit_attention_rate(const std::vector<AttentionSample>& samples);
 
+// One instruction a device ran in a timed step, as split_collective_time sees it.
+struct TimedInstruction {
+  bool collective = false;  // an async start or done, or a synchronous collective
+  bool issues = false;      // a collective's start, or a synchronous collective (not a done)
+  bool kernel = false;      // compute: not a collective, a view or plumbing
+  double seconds = 0;
+};
+// A step's collective time on several devices, per step. A device that reaches a collective
+// before its peers waits there for the slowest; the device that came last waited least, so
+// the least time any device spent in a collective is its transfer, and the rest is waiting.
+struct CollectiveSplit {
+  double in_collectives_s = 0;  // the devices' mean time in collective instructions
+  double transfer_s = 0;        // the sum over collectives of the least time a device spent in it
+  double compute_before_s = 0;  // the devices' mean kernel time before each collective issue,
+                                // counted from the step's start or the previous issue
+  double wait_basis_s = 0;      // the same spans c as Target::collective_wait_seconds weighs
+                                // them (its wait for collective_wait = 1), summed
+};
+// per_device[d]: device d's instructions over `steps` steps, in the order it ran them (every
+// device runs the same program).
+CollectiveSplit split_collective_time(const std::vector<std::vector<TimedInstruction>>& per_device, int steps);
 // Least squares fit of t = fixed + x / efficiency over (x, t) pairs (seconds), with fixed >= 0
 // and efficiency > 0; through the origin (fixed = 0) when the intercept comes out negative
 // or the sizes x span less than 4x (one size cannot tell a fixed cost from a rate). Used by

@@ -143,6 +143,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
                                   : 0.0;
   p.routing_load = load;
   double now = 0, engine_free = 0;
+  double since_issue = 0;  // compute since the last collective's issue (or the step's start)
   std::unordered_map<const ir::Instr*, std::pair<double, std::string>> in_flight;  // start -> (end, kind)
   // Issues a collective on the engine at `now`; returns when it ends.
   auto issue = [&](const ir::Instr& instr, const std::string& kind) {
@@ -150,8 +151,12 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
     const Link& link = layout.nodes > 1 ? target.inter : target.intra;
     double bytes = static_cast<double>(ops::collective_bytes(instr).value_or(0));
     if (kind == "ragged_all_to_all" && load > 0) bytes *= load;
+    // The transfer, and the wait for the slowest device that drifted behind since the last
+    // collective (devices sharing a calibrated CPU's cores; 0 elsewhere).
     const double seconds =
-        target.collective_in_step(options.bf16_step) * collective_seconds(kind, bytes, layout, target.intra, target.inter);
+        target.collective_in_step(options.bf16_step) * collective_seconds(kind, bytes, layout, target.intra, target.inter) +
+        target.collective_wait_seconds(options.bf16_step, since_issue);
+    since_issue = 0;
     const double begin = std::max(now, engine_free);
     engine_free = begin + seconds;
     CollectiveEstimate& c = p.collectives[kind];
@@ -216,6 +221,7 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
     p.compute_s += seconds;
     ++p.kernels;
     now += seconds;
+    since_issue += seconds;
   }
   p.step_s = now;
   return p;

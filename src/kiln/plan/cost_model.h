@@ -23,7 +23,9 @@
 //   all_to_all, ragged:          max((k-1)/g B / bw_intra, (g-k)/g B / bw_inter)
 //                                + (k-1) latency_intra + (g-k) latency_inter
 // One member per node, or members spread unevenly: the flat ring on the inter link.
-// Every collective's time is scaled by target.collective_in_step(bf16 step). An async start issues the
+// Every collective's time is scaled by target.collective_in_step(bf16 step), plus the wait
+// for the slowest device after the compute since the previous collective's issue (or the
+// step's start): target.collective_wait_seconds. An async start issues the
 // collective on the engine (after the one before it); its done waits for it: that wait is
 // the exposed time, the rest of the collective overlapped compute. A synchronous collective
 // is all exposed, and so is every collective on a target whose collectives do not overlap

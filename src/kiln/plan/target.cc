@@ -153,9 +153,11 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
     return invalid_argument("{}: not YAML: {}", where, e.msg);
   }
   if (!root.IsMap()) return invalid_argument("{}: a target file is a YAML mapping", where);
-  static const std::vector<std::string> kKeys = {"name",  "description", "sources", "peak_tflops",
-                                                 "memory", "links",      "devices_per_node", "kernels",
-                                                 "kernels_bf16", "host_us_per_kernel", "collectives_overlap", "collective_in_step", "attention", "gemm_shapes", "calibrated"};
+  static const std::vector<std::string> kKeys = {
+      "name",    "description",        "sources",          "peak_tflops",         "memory",
+      "links",   "devices_per_node",   "kernels",          "kernels_bf16",        "host_us_per_kernel",
+      "collectives_overlap", "collective_in_step", "collective_wait", "attention", "gemm_shapes",
+      "calibrated"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
@@ -223,6 +225,11 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
     if (!in_step.IsMap()) return invalid_argument("{}: collective_in_step is a map (float32, bfloat16)", where);
     KILN_ASSIGN_OR_RETURN(t.collective_in_step_f32, number(in_step, "float32", where, "collective_in_step."));
     KILN_ASSIGN_OR_RETURN(t.collective_in_step_bf16, number(in_step, "bfloat16", where, "collective_in_step."));
+  }
+  if (const YAML::Node wait = root["collective_wait"]) {
+    if (!wait.IsMap()) return invalid_argument("{}: collective_wait is a map (float32, bfloat16)", where);
+    KILN_ASSIGN_OR_RETURN(t.collective_wait_f32, number(wait, "float32", where, "collective_wait.", true));
+    KILN_ASSIGN_OR_RETURN(t.collective_wait_bf16, number(wait, "bfloat16", where, "collective_wait.", true));
   }
   if (const YAML::Node a = root["attention"]) {
     KILN_ASSIGN_OR_RETURN(t.attention, attention_model(a, where));
@@ -300,6 +307,11 @@ std::string target_to_yaml(const Target& t) {
         << YAML::Value << t.collective_in_step_f32 << YAML::Key << "bfloat16" << YAML::Value
         << t.collective_in_step_bf16 << YAML::EndMap;
   }
+  if (t.collective_wait_f32 != 0 || t.collective_wait_bf16 != 0) {
+    out << YAML::Key << "collective_wait" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "float32"
+        << YAML::Value << t.collective_wait_f32 << YAML::Key << "bfloat16" << YAML::Value << t.collective_wait_bf16
+        << YAML::EndMap;
+  }
   if (!t.attention.empty()) {
     const AttentionModel& m = t.attention;
     out << YAML::Key << "attention" << YAML::Value << YAML::BeginMap;
@@ -375,6 +387,12 @@ Result<Target> load_target(const std::string& name, int threads_per_device) {
   std::stringstream buf;
   buf << in.rdbuf();
   return parse_target(buf.str(), path);
+}
+
+double Target::collective_wait_seconds(bool bf16_step, double compute_s) const {
+  const double w = collective_wait(bf16_step);
+  if (w == 0 || compute_s <= 0) return 0;
+  return w * kWaitReferenceS * std::pow(compute_s / kWaitReferenceS, kWaitExponent);
 }
 
 }  // namespace kiln::plan

@@ -18,7 +18,7 @@
 //                      tiles instead of the attention class's roofline (see AttentionModel)
 //   gemm_shapes        optional (a calibrated CPU): the efficiency of each GEMM shape its
 //                      calibration step timed (see GemmShapeRate)
-//   collectives_overlap, collective_in_step
+//   collectives_overlap, collective_in_step, collective_wait
 //                      optional: whether collectives hide behind compute, and how much
 //                      longer they take in a step than the links say (see below)
 #pragma once
@@ -112,14 +112,30 @@ struct Target {
   // while the device polls it), so on a calibrated CPU it is false and every collective's
   // time is on the compute stream.
   bool collectives_overlap = true;
-  // How much longer a collective takes inside an f32 or a bf16 step than the link figures say
-  // (optional `collective_in_step`: float32, bfloat16; default 1): on a calibrated CPU's
-  // virtual devices, the wait for a peer that drifted behind and the contention for the
-  // shared cores, fitted on the calibration's steps.
+  // How much longer a collective's transfer takes inside an f32 or a bf16 step than the link
+  // figures say (optional `collective_in_step`: float32, bfloat16; default 1): on a calibrated
+  // CPU's virtual devices, the contention for the shared cores and caches, fitted on the
+  // calibration's steps.
   double collective_in_step_f32 = 1, collective_in_step_bf16 = 1;
   double collective_in_step(bool bf16_step) const {
     return bf16_step ? collective_in_step_bf16 : collective_in_step_f32;
   }
+  // How long a device waits at a collective for the slowest device, after c seconds of
+  // compute since the previous collective's issue (or the step's start):
+  //   wait = collective_wait x kWaitReferenceS x (c / kWaitReferenceS)^kWaitExponent
+  // (optional `collective_wait`: float32, bfloat16; default 0): the fraction of 10 ms of
+  // compute it waits, a smaller fraction of longer spans. Devices that share a CPU's cores
+  // drift apart between collectives (one is descheduled, or slowed by the other's memory
+  // traffic), and the one ahead waits for the one behind; over long spans the slowdowns
+  // partly even out: traces of 8 fsdp 2 runs (bench/plan_vs_measured.py's workloads, about
+  // 1,700 spans of 2 ms to 2.7 s) gave the devices' drift growing as the span to the power
+  // 0.70-1.06 per run, 0.84 on average. Dedicated accelerators in lockstep do not drift,
+  // and the published targets leave it 0.
+  static constexpr double kWaitReferenceS = 0.010, kWaitExponent = 0.8;
+  double collective_wait_f32 = 0, collective_wait_bf16 = 0;
+  double collective_wait(bool bf16_step) const { return bf16_step ? collective_wait_bf16 : collective_wait_f32; }
+  // The wait above for `compute_s` seconds of compute since the previous collective.
+  double collective_wait_seconds(bool bf16_step, double compute_s) const;
   AttentionModel attention;  // empty: attention kernels by their class's rate
   std::vector<GemmShapeRate> gemm_shapes;  // empty: GEMMs by their class's rate
   std::string calibrated;  // "" for a published target; else when and on what it was measured
