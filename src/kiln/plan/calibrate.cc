@@ -135,6 +135,29 @@ bool waits_for_collective(const ir::Instr& instr) {
   return !ops::op_def(instr.opcode()).plumbing && !train::describe_instruction(instr).collective.empty();
 }
 
+// Gives every instruction of `samples` (one device's, `steps` steps in the order it ran them)
+// its median time over the steps, when every step ran the same instructions: on a shared
+// machine a step in which the OS took the device's core away, or the machine slowed for a
+// moment, then moves the fitted rates far less than in a sum (the calibration step's own time
+// moved by up to two thirds between calibrations a few minutes apart).
+void use_median_over_steps(std::vector<InstructionTimer::Sample>& samples, int steps) {
+  const size_t n = static_cast<size_t>(std::max(1, steps));
+  const size_t per_step = samples.size() / n;
+  if (n < 3 || per_step == 0 || per_step * n != samples.size()) return;
+  for (size_t i = 0; i < per_step; ++i) {
+    for (size_t k = 1; k < n; ++k) {
+      if (samples[k * per_step + i].instr != samples[i].instr) return;  // the steps differ
+    }
+  }
+  std::vector<double> times(n);
+  for (size_t i = 0; i < per_step; ++i) {
+    for (size_t k = 0; k < n; ++k) times[k] = samples[k * per_step + i].seconds;
+    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(n / 2), times.end());
+    const double median = times[n / 2];
+    for (size_t k = 0; k < n; ++k) samples[k * per_step + i].seconds = median;
+  }
+}
+
 // How split_collective_time sees one instruction a device ran.
 TimedInstruction timed_instruction(const ir::Instr& instr, double seconds) {
   const ops::OpDef& def = ops::op_def(instr.opcode());
@@ -191,6 +214,9 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
   for (const InstructionTimer::Sample& s : samples) {
     ++timing.instructions;
     timing.inside_s += s.seconds;
+  }
+  use_median_over_steps(samples, options.measured_steps);
+  for (const InstructionTimer::Sample& s : samples) {
     auto it = infos.find(s.instr);
     if (it == infos.end()) it = infos.emplace(s.instr, describe_kernel(*s.instr)).first;
     if (it->second) {

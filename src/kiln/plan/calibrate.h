@@ -7,7 +7,8 @@
 //   intra link       all-gathers between the local virtual devices over a range of sizes:
 //                    latency and bandwidth fitted to the ring model of cost_model.h
 //   kernel classes   the config's own step, f32 and bf16, run for a few steps with every
-//                    instruction of device 0 timed: per class, fixed_us and efficiency fitted
+//                    instruction of every device timed: per class, from device 0's kernels
+//                    (each at its median over the steps), fixed_us and efficiency fitted
 //                    by least squares to time = fixed + roofline work / efficiency
 //   GEMM shapes      the same steps' GEMMs, per shape and layout: each its own efficiency
 //                    (target.h GemmShapeRate)
