@@ -158,11 +158,10 @@ void use_median_over_steps(std::vector<InstructionTimer::Sample>& samples, int s
   }
 }
 
-// How split_collective_time sees one instruction a device ran.
-TimedInstruction timed_instruction(const ir::Instr& instr, double seconds) {
+// How split_collective_time sees an instruction (seconds unset).
+TimedInstruction timed_instruction(const ir::Instr& instr) {
   const ops::OpDef& def = ops::op_def(instr.opcode());
   TimedInstruction t;
-  t.seconds = seconds;
   t.collective = waits_for_collective(instr);
   t.issues = t.collective && def.async_role != ops::AsyncRole::kDone;
   t.kernel = !t.collective && !def.plumbing && !def.aliases_operand;
@@ -201,8 +200,13 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
   std::unordered_map<const ir::Instr*, std::optional<train::InstrInfo>> infos;
   std::map<int64_t, std::vector<TimedInstruction>> by_device;  // every device, in the order it ran them
   std::vector<InstructionTimer::Sample> samples;                // device 0's (the kernel rates')
+  std::unordered_map<const ir::Instr*, TimedInstruction> classified;  // once per instruction, not per run
   for (const InstructionTimer::Sample& s : timer.take()) {
-    by_device[s.device].push_back(timed_instruction(*s.instr, s.seconds));
+    auto it = classified.find(s.instr);
+    if (it == classified.end()) it = classified.emplace(s.instr, timed_instruction(*s.instr)).first;
+    TimedInstruction t = it->second;
+    t.seconds = s.seconds;
+    by_device[s.device].push_back(t);
     if (s.device == 0) samples.push_back(s);
   }
   std::vector<std::vector<TimedInstruction>> per_device;
@@ -357,8 +361,6 @@ CollectiveSplit split_collective_time(const std::vector<std::vector<TimedInstruc
   CollectiveSplit split;
   if (per_device.empty() || steps <= 0) return split;
   const double devices = static_cast<double>(per_device.size());
-  Target unit_wait;  // collective_wait = 1
-  unit_wait.collective_wait_f32 = 1;
   std::vector<std::vector<double>> collective_times;  // per device, its collectives in order
   for (const std::vector<TimedInstruction>& instrs : per_device) {
     collective_times.emplace_back();
@@ -374,7 +376,7 @@ CollectiveSplit split_collective_time(const std::vector<std::vector<TimedInstruc
       if (t.kernel) since_issue += t.seconds;
       if (t.issues) {
         split.compute_before_s += since_issue / devices;
-        split.wait_basis_s += unit_wait.collective_wait_seconds(false, since_issue) / devices;
+        split.wait_basis_s += Target::wait_basis(since_issue) / devices;
         since_issue = 0;
       }
     }

@@ -91,8 +91,7 @@ struct CollectiveSplit {
   double transfer_s = 0;        // the sum over collectives of the least time a device spent in it
   double compute_before_s = 0;  // the devices' mean kernel time before each collective issue,
                                 // counted from the step's start or the previous issue
-  double wait_basis_s = 0;      // the same spans c as Target::collective_wait_seconds weighs
-                                // them (its wait for collective_wait = 1), summed
+  double wait_basis_s = 0;      // the same spans, each as Target::wait_basis weighs it, summed
 };
 // per_device[d]: device d's instructions over `steps` steps, in the order it ran them (every
 // device runs the same program).

@@ -51,6 +51,24 @@ Result<double> number(const YAML::Node& node, const std::string& key, const std:
   return x;
 }
 
+// Reads the optional per-step-dtype map `key` of `root` ({float32: x, bfloat16: y}) into f32
+// and bf16; absent, they keep their defaults.
+Status per_dtype(const YAML::Node& root, const std::string& key, const std::string& where, bool allow_zero,
+                 double& f32, double& bf16) {
+  const YAML::Node n = root[key];
+  if (!n) return ok_status();
+  if (!n.IsMap()) return invalid_argument("{}: {} is a map (float32, bfloat16)", where, key);
+  KILN_ASSIGN_OR_RETURN(f32, number(n, "float32", where, key + ".", allow_zero));
+  KILN_ASSIGN_OR_RETURN(bf16, number(n, "bfloat16", where, key + ".", allow_zero));
+  return ok_status();
+}
+
+// Writes what per_dtype reads.
+void write_per_dtype(YAML::Emitter& out, const std::string& key, double f32, double bf16) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "float32" << YAML::Value
+      << f32 << YAML::Key << "bfloat16" << YAML::Value << bf16 << YAML::EndMap;
+}
+
 Result<std::string> text(const YAML::Node& node, const std::string& key, const std::string& where,
                          const std::string& path) {
   const YAML::Node v = node[key];
@@ -221,16 +239,9 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
       return invalid_argument("{}: collectives_overlap must be true or false", where);
     }
   }
-  if (const YAML::Node in_step = root["collective_in_step"]) {
-    if (!in_step.IsMap()) return invalid_argument("{}: collective_in_step is a map (float32, bfloat16)", where);
-    KILN_ASSIGN_OR_RETURN(t.collective_in_step_f32, number(in_step, "float32", where, "collective_in_step."));
-    KILN_ASSIGN_OR_RETURN(t.collective_in_step_bf16, number(in_step, "bfloat16", where, "collective_in_step."));
-  }
-  if (const YAML::Node wait = root["collective_wait"]) {
-    if (!wait.IsMap()) return invalid_argument("{}: collective_wait is a map (float32, bfloat16)", where);
-    KILN_ASSIGN_OR_RETURN(t.collective_wait_f32, number(wait, "float32", where, "collective_wait.", true));
-    KILN_ASSIGN_OR_RETURN(t.collective_wait_bf16, number(wait, "bfloat16", where, "collective_wait.", true));
-  }
+  KILN_RETURN_IF_ERROR(
+      per_dtype(root, "collective_in_step", where, false, t.collective_in_step_f32, t.collective_in_step_bf16));
+  KILN_RETURN_IF_ERROR(per_dtype(root, "collective_wait", where, true, t.collective_wait_f32, t.collective_wait_bf16));
   if (const YAML::Node a = root["attention"]) {
     KILN_ASSIGN_OR_RETURN(t.attention, attention_model(a, where));
   }
@@ -303,14 +314,10 @@ std::string target_to_yaml(const Target& t) {
   out << YAML::Key << "host_us_per_kernel" << YAML::Value << t.host_us_per_kernel;
   if (!t.collectives_overlap) out << YAML::Key << "collectives_overlap" << YAML::Value << false;
   if (t.collective_in_step_f32 != 1 || t.collective_in_step_bf16 != 1) {
-    out << YAML::Key << "collective_in_step" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "float32"
-        << YAML::Value << t.collective_in_step_f32 << YAML::Key << "bfloat16" << YAML::Value
-        << t.collective_in_step_bf16 << YAML::EndMap;
+    write_per_dtype(out, "collective_in_step", t.collective_in_step_f32, t.collective_in_step_bf16);
   }
   if (t.collective_wait_f32 != 0 || t.collective_wait_bf16 != 0) {
-    out << YAML::Key << "collective_wait" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "float32"
-        << YAML::Value << t.collective_wait_f32 << YAML::Key << "bfloat16" << YAML::Value << t.collective_wait_bf16
-        << YAML::EndMap;
+    write_per_dtype(out, "collective_wait", t.collective_wait_f32, t.collective_wait_bf16);
   }
   if (!t.attention.empty()) {
     const AttentionModel& m = t.attention;
@@ -389,10 +396,8 @@ Result<Target> load_target(const std::string& name, int threads_per_device) {
   return parse_target(buf.str(), path);
 }
 
-double Target::collective_wait_seconds(bool bf16_step, double compute_s) const {
-  const double w = collective_wait(bf16_step);
-  if (w == 0 || compute_s <= 0) return 0;
-  return w * kWaitReferenceS * std::pow(compute_s / kWaitReferenceS, kWaitExponent);
+double Target::wait_basis(double compute_s) {
+  return compute_s > 0 ? kWaitReferenceS * std::pow(compute_s / kWaitReferenceS, kWaitExponent) : 0;
 }
 
 }  // namespace kiln::plan

@@ -134,8 +134,12 @@ struct Target {
   static constexpr double kWaitReferenceS = 0.010, kWaitExponent = 0.8;
   double collective_wait_f32 = 0, collective_wait_bf16 = 0;
   double collective_wait(bool bf16_step) const { return bf16_step ? collective_wait_bf16 : collective_wait_f32; }
-  // The wait above for `compute_s` seconds of compute since the previous collective.
-  double collective_wait_seconds(bool bf16_step, double compute_s) const;
+  // The wait above for `compute_s` seconds of compute since the previous collective, and
+  // the same for collective_wait = 1 (what the calibration fits collective_wait against).
+  double collective_wait_seconds(bool bf16_step, double compute_s) const {
+    return collective_wait(bf16_step) * wait_basis(compute_s);
+  }
+  static double wait_basis(double compute_s);
   AttentionModel attention;  // empty: attention kernels by their class's rate
   std::vector<GemmShapeRate> gemm_shapes;  // empty: GEMMs by their class's rate
   std::string calibrated;  // "" for a published target; else when and on what it was measured
