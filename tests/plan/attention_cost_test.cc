@@ -107,11 +107,46 @@ TEST(CostModel, AGemmNearACalibratedShapeRunsAtItsEfficiency) {
   const double class_rate = 1e-6 + roofline / 0.5;        // the gemm class: half the peak, 1 us
   EXPECT_NEAR(step_seconds(kBf16Gemm, t), class_rate, 1e-12);
   // m 768 for 1024 (0.415 of log2 apart), the same n, k and layout: its efficiency.
-  t.gemm_shapes = {{"bf16", 1, 768, 512, 512, false, false, 0.25}, {"bf16", 1, 1024, 512, 512, false, true, 0.9},
-                   {"f32", 1, 1024, 512, 512, false, false, 0.9}};
+  t.gemm_shapes = {{"bf16", "", 1, 768, 512, 512, false, false, 0.25}, {"bf16", "", 1, 1024, 512, 512, false, true, 0.9},
+                   {"f32", "", 1, 1024, 512, 512, false, false, 0.9}, {"bf16", "f32", 1, 1024, 512, 512, false, false, 0.8}};
   EXPECT_NEAR(step_seconds(kBf16Gemm, t), roofline / 0.25, 1e-12);
+  // A shape recorded with a result of another dtype is not the same kernel.
+  t.gemm_shapes = {{"bf16", "f32", 1, 1024, 512, 512, false, false, 0.8}};
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), class_rate, 1e-12);
   // Farther than 4x over the dimensions together (m 256 and k 128: 2 + 2): the class's rate.
-  t.gemm_shapes = {{"bf16", 1, 256, 512, 128, false, false, 0.25}};
+  t.gemm_shapes = {{"bf16", "bf16", 1, 256, 512, 128, false, false, 0.25}};
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), class_rate, 1e-12);
+}
+
+TEST(CostModel, AGemmLargerThanTheStepsRunsAtTheSizeSweepsEfficiency) {
+  Target t = fast_memory_target();
+  const double flops = 2.0 * 1024 * 512 * 512;
+  const double roofline = flops / 2e12;
+  const double class_rate = 1e-6 + roofline / 0.5;
+  // The step's largest bf16 GEMM is smaller; the sweep has 256^3 (0.4) and 1024^3 (0.8) in
+  // the layout, a bf16 -> f32 product of another efficiency and one in another layout.
+  t.gemm_shapes = {{"bf16", "bf16", 1, 64, 64, 64, false, false, 0.25}};
+  t.gemm_sizes.in_step_bf16 = 1.25;
+  t.gemm_sizes.products = {{"bf16", "bf16", 1, 256, 256, 256, false, false, 0.4},
+                           {"bf16", "bf16", 1, 1024, 1024, 1024, false, false, 0.8},
+                           {"bf16", "f32", 1, 1024, 1024, 1024, false, false, 0.1},
+                           {"bf16", "bf16", 1, 512, 512, 512, true, false, 0.1}};
+  // 2^29 FLOPs lie 4/6 of the way from 256^3 (2^25 FLOPs) to 1024^3 (2^31) in log FLOPs.
+  const double efficiency = (0.4 + (0.8 - 0.4) * 4.0 / 6.0) / 1.25;
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), roofline / efficiency, 1e-12);
+  // Beyond the sweep's largest: its efficiency.
+  t.gemm_sizes.products.erase(t.gemm_sizes.products.begin() + 1);
+  t.gemm_sizes.products[0].m = t.gemm_sizes.products[0].n = t.gemm_sizes.products[0].k = 64;
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), roofline / (0.4 / 1.25), 1e-12);
+  // No product in its layout: the other layouts' curve.
+  t.gemm_sizes.products = {{"bf16", "bf16", 1, 512, 512, 512, true, false, 0.5}};
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), roofline / (0.5 / 1.25), 1e-12);
+  // Within the step's own sizes (a larger bf16 GEMM was timed, none near): the class's rate.
+  t.gemm_shapes.push_back({"bf16", "bf16", 1, 4096, 4096, 64, true, true, 0.25});
+  EXPECT_NEAR(step_seconds(kBf16Gemm, t), class_rate, 1e-12);
+  // No product of its dtypes: the class's rate.
+  t.gemm_shapes.pop_back();
+  t.gemm_sizes.products = {{"f32", "f32", 1, 1024, 1024, 1024, false, false, 0.9}};
   EXPECT_NEAR(step_seconds(kBf16Gemm, t), class_rate, 1e-12);
 }
 

@@ -76,7 +76,10 @@ TEST(Target, WriterAndParserAgree) {
   t.attention.tile_q = 64, t.attention.tile_k = 32;
   t.attention.in_step_f32 = 1.25, t.attention.in_step_bf16 = 0.75;
   t.attention.rates = {{"attention", true, 64, 10, 3, 0.5}, {"attention_grad", false, 32, 0, 7, 1.5}};
-  t.gemm_shapes = {{"bf16", 2, 768, 512, 128, true, false, 0.375}};
+  t.gemm_shapes = {{"bf16", "f32", 2, 768, 512, 128, true, false, 0.375}};
+  t.gemm_sizes.in_step_f32 = 1.125, t.gemm_sizes.in_step_bf16 = 0.875;
+  t.gemm_sizes.products = {{"f32", "f32", 1, 512, 512, 512, false, true, 0.75},
+                           {"bf16", "bf16", 1, 1024, 1024, 1024, false, false, 0.625}};
   Result<Target> back = parse_target(target_to_yaml(t), "written.yml");
   ASSERT_TRUE(back.ok()) << back.status().to_string() << "\n" << target_to_yaml(t);
   EXPECT_EQ(back->calibrated, t.calibrated);
@@ -107,12 +110,23 @@ TEST(Target, WriterAndParserAgree) {
   ASSERT_EQ(back->gemm_shapes.size(), 1u);
   const GemmShapeRate& s = back->gemm_shapes[0];
   EXPECT_EQ(s.dtype, "bf16");
+  EXPECT_EQ(s.out_dtype, "f32");
   EXPECT_EQ(s.batch, 2);
   EXPECT_EQ(s.m, 768);
   EXPECT_EQ(s.k, 128);
   EXPECT_TRUE(s.trans_a);
   EXPECT_FALSE(s.trans_b);
   EXPECT_DOUBLE_EQ(s.efficiency, 0.375);
+  EXPECT_DOUBLE_EQ(back->gemm_sizes.in_step_f32, 1.125);
+  EXPECT_DOUBLE_EQ(back->gemm_sizes.in_step_bf16, 0.875);
+  ASSERT_EQ(back->gemm_sizes.products.size(), 2u);
+  const GemmShapeRate& p = back->gemm_sizes.products[1];
+  EXPECT_EQ(p.dtype, "bf16");
+  EXPECT_EQ(p.out_dtype, "bf16");
+  EXPECT_EQ(p.m, 1024);
+  EXPECT_FALSE(p.trans_b);
+  EXPECT_TRUE(back->gemm_sizes.products[0].trans_b);
+  EXPECT_DOUBLE_EQ(p.efficiency, 0.625);
   // The attention model's faults name the field.
   const std::string text = target_to_yaml(t);
   for (const auto& [from, to, field] : std::vector<std::tuple<std::string, std::string, std::string>>{
@@ -120,6 +134,9 @@ TEST(Target, WriterAndParserAgree) {
            {"tile: [64, 32]", "tile: [64]", "attention.tile"},
            {"dtype: bfloat16, head_dim", "dtype: fp8, head_dim", "attention.rates[0].dtype"},
            {"efficiency: 0.375", "efficiency: -1", "gemm_shapes[0].efficiency"},
+           {"out_dtype: f32, batch: 2", "out_dtype: f16, batch: 2", "gemm_shapes[0].out_dtype"},
+           {"efficiency: 0.625", "efficiency: 0", "gemm_sizes.products[1].efficiency"},
+           {"bfloat16: 0.875", "bfloat16: nan", "gemm_sizes.in_step.bfloat16"},
            {"bfloat16: 0.125", "bfloat16: -0.125", "collective_wait.bfloat16"}}) {
     const size_t at = text.find(from);
     ASSERT_NE(at, std::string::npos) << from << "\n" << text;

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -112,6 +113,7 @@ class InstructionTimer : public backend::InstructionObserver {
 struct TimedKernel {
   train::InstrInfo info;
   bool bf16 = false;
+  std::string out_dtype;  // the result's ("f32", "bf16")
   double seconds = 0;
   std::optional<AttentionWork> attention;  // an attention kernel's work on the CPU's tiles
 };
@@ -225,7 +227,9 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
     if (it == infos.end()) it = infos.emplace(s.instr, describe_kernel(*s.instr)).first;
     if (it->second) {
       timing.kernels.push_back(
-          {*it->second, computes_in_bf16(*s.instr), s.seconds, attention_work(*s.instr, kTileQ, kTileK)});
+          {*it->second, computes_in_bf16(*s.instr),
+           s.instr->shape().is_tuple() ? std::string() : std::string(ir::dtype_name(s.instr->shape().dtype())),
+           s.seconds, attention_work(*s.instr, kTileQ, kTileK)});
     }
   }
   timing.link_collective_s = predict_step(last_step, cfg.derived().mesh, links).collective_s;
@@ -296,6 +300,72 @@ std::vector<AttentionShape> attention_sweep_shapes(int64_t config_head_dim) {
     }
   }
   return shapes;
+}
+
+// One GEMM alone: [M, K] (stored [K, M] when trans_a) x [K, N] (stored [N, K] when trans_b),
+// batch 1, operands in dtype, the result in out_dtype (dtype when unset). The program's text.
+std::string gemm_program(const GemmShapeRate& g) {
+  const char* dt = g.dtype == "bf16" ? "bf16" : "f32";
+  const std::string out = g.out_dtype.empty() ? dt : g.out_dtype;
+  const std::string lhs = g.trans_a ? fmt::format("{}[{},{}]", dt, g.k, g.m) : fmt::format("{}[{},{}]", dt, g.m, g.k);
+  const std::string rhs = g.trans_b ? fmt::format("{}[{},{}]", dt, g.n, g.k) : fmt::format("{}[{},{}]", dt, g.k, g.n);
+  return fmt::format(
+      "module @gemm_sweep\nENTRY computation @main {{\n  %a = {} parameter(), index=0\n  %b = {} parameter(), index=1\n"
+      "  ROOT %d = {}[{},{}] dot_general(%a, %b), lhs_batch={{}}, lhs_contract={{{}}}, rhs_batch={{}}, "
+      "rhs_contract={{{}}}\n}}\n",
+      lhs, rhs, out, g.m, g.n, g.trans_a ? 0 : 1, g.trans_b ? 1 : 0);
+}
+
+// gemm_sizes (target.h): square products alone, sides 512 to 4096 doubling, for every operand
+// and result dtype and layout among the steps' GEMMs (a layout's doubling stops after a
+// product that took over 0.25 s: the 4096 ones take 0.35-0.7 s on 2 threads of a Zen 4
+// EPYC), each its efficiency; then per operand dtype how much slower the steps' own largest
+// GEMMs (those within 4x of the largest's FLOPs) ran than the sweep gives for their sizes.
+Status calibrate_gemm_sizes(Target& t, int64_t devices, const StepTiming (&steps)[2],
+                            const std::function<void(const std::string&)>& log) {
+  Target unit = t;  // the roofline alone
+  GemmSizeModel& m = t.gemm_sizes;
+  m = {};
+  std::set<std::tuple<std::string, std::string, bool, bool>> layouts;
+  for (const GemmShapeRate& g : t.gemm_shapes) layouts.insert({g.dtype, g.out_dtype, g.trans_a, g.trans_b});
+  for (const auto& [dtype, out_dtype, trans_a, trans_b] : layouts) {
+    for (int64_t side = 512; side <= 4096; side *= 2) {
+      GemmShapeRate g{dtype, out_dtype, 1, side, side, side, trans_a, trans_b, 1.0};
+      KILN_ASSIGN_OR_RETURN(std::vector<GemmSample> timed, time_gemms(devices, {g}, side < 4096 ? 3 : 1));
+      g.efficiency = roofline_seconds(unit, KernelKind::kGemm, g.flops(), 0, dtype == "bf16") / timed[0].seconds;
+      m.products.push_back(g);
+      if (timed[0].seconds > 0.25) break;
+    }
+  }
+  for (const char* dtype : {"f32", "bf16"}) {
+    double largest = 0;
+    for (const StepTiming& s : steps) {
+      for (const TimedKernel& k : s.kernels) {
+        if (k.info.kind == KernelKind::kGemm && k.info.dtype == dtype) largest = std::max(largest, k.info.flops);
+      }
+    }
+    double measured = 0, by_sweep = 0;
+    for (const StepTiming& s : steps) {
+      for (const TimedKernel& k : s.kernels) {
+        if (k.info.kind != KernelKind::kGemm || k.info.dtype != dtype || k.info.flops * 4 < largest) continue;
+        const std::optional<double> e = m.alone(dtype, k.out_dtype, k.info.trans_a, k.info.trans_b, k.info.flops);
+        if (!e) continue;
+        measured += k.seconds;
+        by_sweep += roofline_seconds(unit, KernelKind::kGemm, k.info.flops, k.info.bytes, k.bf16) / *e;
+      }
+    }
+    double& factor = std::string(dtype) == "bf16" ? m.in_step_bf16 : m.in_step_f32;
+    factor = by_sweep > 0 ? measured / by_sweep : 1.0;
+    if (by_sweep > 0) {
+      log(fmt::format("{} gemms of {:.2f} to {:.2f} GFLOP in the steps: {:.3f} s measured, {:.3f} s by the size sweep: x{:.2f}",
+                      dtype, largest / 4e9, largest / 1e9, measured, by_sweep, factor));
+    }
+  }
+  for (const GemmShapeRate& g : m.products) {
+    log(fmt::format("gemm size sweep: {} -> {} {}{} {}^3: efficiency {:.3f}", g.dtype, g.out_dtype, g.trans_a ? 'T' : 'N',
+                    g.trans_b ? 'T' : 'N', g.m, g.efficiency));
+  }
+  return ok_status();
 }
 
 // Sweeps the attention kernels alone, fits a rate per (op, dtype, head width), and sets how
@@ -464,6 +534,27 @@ Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std:
   return samples;
 }
 
+Result<std::vector<GemmSample>> time_gemms(int64_t devices, const std::vector<GemmShapeRate>& shapes, int repeats) {
+  std::vector<GemmSample> samples;
+  for (const GemmShapeRate& shape : shapes) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, ir::parse_module(gemm_program(shape)));
+    std::vector<double> best(static_cast<size_t>(devices), 1e30);
+    KILN_RETURN_IF_ERROR(runtime::run_on_devices(devices, [&](int64_t d) -> Status {
+      KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*module, {}));
+      std::vector<backend::Buffer> args;
+      for (const ir::Instr* p : module->entry()->params()) args.push_back(filled(p->shape(), 1.0));
+      for (int rep = 0; rep <= repeats; ++rep) {
+        const auto t0 = Clock::now();
+        KILN_RETURN_IF_ERROR(exe->run(args).status());
+        if (rep > 0) best[static_cast<size_t>(d)] = std::min(best[static_cast<size_t>(d)], seconds_since(t0));
+      }
+      return ok_status();
+    }));
+    samples.push_back({shape, best[0]});
+  }
+  return samples;
+}
+
 AttentionRate fit_attention_rate(const std::vector<AttentionSample>& samples) {
   // Non-negative least squares of t = fixed + rows row + visited pair, each sample weighted
   // by 1 / t (relative errors: the sweep spans 100x in time): the best of the feature
@@ -610,9 +701,9 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
       if (k.attention) attention_in_step[bf16_step].push_back(k);
       if (k.info.kind == KernelKind::kGemm) {
         const train::InstrInfo& g = k.info;
-        auto& [rate, times] = gemm_shapes[fmt::format("{} {} {} {} {} {} {}", g.dtype, g.batch, g.m, g.n, g.k,
-                                                      g.trans_a, g.trans_b)];
-        rate = {g.dtype, g.batch, g.m, g.n, g.k, g.trans_a, g.trans_b, 1.0};
+        auto& [rate, times] = gemm_shapes[fmt::format("{} {} {} {} {} {} {} {}", g.dtype, k.out_dtype, g.batch, g.m, g.n,
+                                                      g.k, g.trans_a, g.trans_b)];
+        rate = {g.dtype, k.out_dtype, g.batch, g.m, g.n, g.k, g.trans_a, g.trans_b, 1.0};
         times.first += roofline_seconds(unit, k.info.kind, k.info.flops, k.info.bytes, k.bf16);
         times.second += k.seconds;
       }
@@ -657,6 +748,7 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
     t.gemm_shapes.push_back(rate);
   }
   log(fmt::format("gemm shapes: {} timed in the steps, each its own efficiency", t.gemm_shapes.size()));
+  KILN_RETURN_IF_ERROR(calibrate_gemm_sizes(t, devices, timings, log));
   KILN_RETURN_IF_ERROR(calibrate_attention(t, cfg.derived().head_dim, devices, attention_in_step, log));
   t.host_us_per_kernel = gap_instructions > 0 ? 1e6 * gap_s / static_cast<double>(gap_instructions) : 0;
   log(fmt::format("host: {:.1f} us between instructions", t.host_us_per_kernel));

@@ -10,8 +10,12 @@
 //                    instruction of every device timed: per class, from device 0's kernels
 //                    (each at its median over the steps), fixed_us and efficiency fitted
 //                    by least squares to time = fixed + roofline work / efficiency
-//   GEMM shapes      the same steps' GEMMs, per shape and layout: each its own efficiency
-//                    (target.h GemmShapeRate)
+//   GEMM shapes      the same steps' GEMMs, per shape, layout and result dtype: each its own
+//                    efficiency (target.h GemmShapeRate)
+//   GEMM sizes       square products alone, 512^3 to 4096^3, in each of those layouts and
+//                    dtypes: each its efficiency, and how much slower the steps' largest
+//                    GEMMs ran than the sweep says for their size (target.h GemmSizeModel),
+//                    for GEMMs larger than any the step ran (10-20 s)
 //   attention        the attention kernels alone over a sweep of head widths, lengths and
 //                    windows: per op, dtype and width, a cost per query row and per visited
 //                    pair (attention_cost.h), and how much slower the steps ran their own
@@ -71,6 +75,15 @@ struct AttentionSample {
 // devices at once (each on its share of the threads, as a step's devices run them).
 Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std::vector<AttentionShape>& shapes,
                                                     int repeats = 3);
+
+// One GEMM timed alone (calibrate_cpu's size sweep).
+struct GemmSample {
+  GemmShapeRate shape;  // batch 1; efficiency unset
+  double seconds = 0;   // device 0's best of `repeats` runs
+};
+// Times each product alone, on `devices` local devices at once (each on its share of the
+// threads, as a step's devices run them).
+Result<std::vector<GemmSample>> time_gemms(int64_t devices, const std::vector<GemmShapeRate>& shapes, int repeats = 2);
 
 // Non-negative least squares (relative errors) of seconds = fixed + rows * row + visited
 // pairs * pair over samples of one op, dtype and head width; op, bf16 and head_dim unset.

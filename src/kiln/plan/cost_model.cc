@@ -113,9 +113,10 @@ double kernel_seconds(const Target& target, const ir::Instr& instr, const train:
                       double bytes, bool bf16_step) {
   const KernelKind kind = info.kind;
   if (kind == KernelKind::kGemm && !target.gemm_shapes.empty()) {
-    if (std::optional<double> efficiency = target.gemm_shape_efficiency(info)) {
-      return roofline_seconds(target, kind, flops, bytes, computes_in_bf16(instr)) / *efficiency;
-    }
+    const std::string out_dtype = instr.shape().is_tuple() ? "" : std::string(ir::dtype_name(instr.shape().dtype()));
+    std::optional<double> efficiency = target.gemm_shape_efficiency(info, out_dtype);
+    if (!efficiency) efficiency = target.large_gemm_efficiency(info, out_dtype);
+    if (efficiency) return roofline_seconds(target, kind, flops, bytes, computes_in_bf16(instr)) / *efficiency;
   }
   if (kind == KernelKind::kAttention && !target.attention.empty()) {
     if (std::optional<AttentionWork> w = attention_work(instr, target.attention.tile_q, target.attention.tile_k)) {

@@ -133,6 +133,45 @@ Result<AttentionModel> attention_model(const YAML::Node& n, const std::string& w
   return m;
 }
 
+// One GEMM shape and its efficiency (gemm_shapes, gemm_sizes.products): dtype, out_dtype
+// (optional), batch, m, n, k, trans_a, trans_b, efficiency.
+Result<GemmShapeRate> gemm_shape(const YAML::Node& g, const std::string& where, const std::string& path) {
+  if (!g.IsMap()) return invalid_argument("{}: {} is not a map", where, path);
+  GemmShapeRate r;
+  KILN_ASSIGN_OR_RETURN(r.dtype, text(g, "dtype", where, path));
+  if (g["out_dtype"]) {
+    KILN_ASSIGN_OR_RETURN(r.out_dtype, text(g, "out_dtype", where, path));
+  }
+  for (const std::string* d : {&r.dtype, &r.out_dtype}) {
+    if (*d != "f32" && *d != "bf16" && !(d == &r.out_dtype && d->empty())) {
+      return invalid_argument("{}: {}{} = '{}' (accepted: f32, bf16)", where, path,
+                              d == &r.dtype ? "dtype" : "out_dtype", *d);
+    }
+  }
+  int64_t* dims[] = {&r.batch, &r.m, &r.n, &r.k};
+  const char* names[] = {"batch", "m", "n", "k"};
+  for (int d = 0; d < 4; ++d) {
+    KILN_ASSIGN_OR_RETURN(double v, number(g, names[d], where, path));
+    *dims[d] = static_cast<int64_t>(v);
+  }
+  try {
+    r.trans_a = g["trans_a"].as<bool>(), r.trans_b = g["trans_b"].as<bool>();
+  } catch (const YAML::Exception&) {
+    return invalid_argument("{}: {}trans_a and trans_b must be true or false", where, path);
+  }
+  KILN_ASSIGN_OR_RETURN(r.efficiency, number(g, "efficiency", where, path));
+  return r;
+}
+
+void write_gemm_shape(YAML::Emitter& out, const GemmShapeRate& r) {
+  out << YAML::Flow << YAML::BeginMap << YAML::Key << "dtype" << YAML::Value << r.dtype;
+  if (!r.out_dtype.empty()) out << YAML::Key << "out_dtype" << YAML::Value << r.out_dtype;
+  out << YAML::Key << "batch" << YAML::Value << r.batch << YAML::Key << "m" << YAML::Value << r.m << YAML::Key << "n"
+      << YAML::Value << r.n << YAML::Key << "k" << YAML::Value << r.k << YAML::Key << "trans_a" << YAML::Value
+      << r.trans_a << YAML::Key << "trans_b" << YAML::Value << r.trans_b << YAML::Key << "efficiency" << YAML::Value
+      << r.efficiency << YAML::EndMap;
+}
+
 }  // namespace
 
 std::optional<double> AttentionModel::seconds(const std::string& op, bool bf16, int64_t head_dim, double rows,
@@ -148,7 +187,7 @@ std::optional<double> AttentionModel::seconds(const std::string& op, bool bf16, 
   return isolated * (bf16_step ? in_step_bf16 : in_step_f32);
 }
 
-std::optional<double> Target::gemm_shape_efficiency(const train::InstrInfo& g) const {
+std::optional<double> Target::gemm_shape_efficiency(const train::InstrInfo& g, const std::string& out_dtype) const {
   auto log2_ratio = [](int64_t a, int64_t b) {
     return std::abs(std::log2(static_cast<double>(std::max<int64_t>(a, 1)) / static_cast<double>(std::max<int64_t>(b, 1))));
   };
@@ -156,11 +195,48 @@ std::optional<double> Target::gemm_shape_efficiency(const train::InstrInfo& g) c
   double best_distance = 2.0 + 1e-9;  // within 4x over the dimensions together
   for (const GemmShapeRate& r : gemm_shapes) {
     if (r.dtype != g.dtype || r.trans_a != g.trans_a || r.trans_b != g.trans_b) continue;
+    if (!r.out_dtype.empty() && !out_dtype.empty() && r.out_dtype != out_dtype) continue;
     const double d = log2_ratio(r.batch, g.batch) + log2_ratio(r.m, g.m) + log2_ratio(r.n, g.n) + log2_ratio(r.k, g.k);
     if (d < best_distance) best_distance = d, best = &r;
   }
   if (!best) return std::nullopt;
   return best->efficiency;
+}
+
+std::optional<double> GemmSizeModel::alone(const std::string& dtype, const std::string& out_dtype, bool trans_a,
+                                           bool trans_b, double flops) const {
+  // (log2 FLOPs, efficiency) of the products with these dtypes, in its layout when it has any.
+  std::vector<std::pair<double, double>> curve;
+  for (const bool same_layout : {true, false}) {
+    for (const GemmShapeRate& r : products) {
+      if (r.dtype != dtype || (!out_dtype.empty() && !r.out_dtype.empty() && r.out_dtype != out_dtype)) continue;
+      if (same_layout && (r.trans_a != trans_a || r.trans_b != trans_b)) continue;
+      curve.push_back({std::log2(r.flops()), r.efficiency});
+    }
+    if (!curve.empty()) break;
+  }
+  if (curve.empty()) return std::nullopt;
+  std::sort(curve.begin(), curve.end());
+  const double x = std::log2(std::max(flops, 1.0));
+  if (x <= curve.front().first) return curve.front().second;
+  if (x >= curve.back().first) return curve.back().second;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    const auto [x0, e0] = curve[i - 1];
+    const auto [x1, e1] = curve[i];
+    if (x > x1) continue;
+    return x1 > x0 ? e0 + (e1 - e0) * (x - x0) / (x1 - x0) : e1;
+  }
+  return curve.back().second;
+}
+
+std::optional<double> Target::large_gemm_efficiency(const train::InstrInfo& g, const std::string& out_dtype) const {
+  if (gemm_sizes.empty()) return std::nullopt;
+  for (const GemmShapeRate& r : gemm_shapes) {
+    if (r.dtype == g.dtype && r.flops() >= g.flops) return std::nullopt;  // within the step's own sizes
+  }
+  const std::optional<double> alone = gemm_sizes.alone(g.dtype, out_dtype, g.trans_a, g.trans_b, g.flops);
+  if (!alone) return std::nullopt;
+  return *alone / gemm_sizes.in_step(g.dtype);
 }
 
 Result<Target> parse_target(const std::string& yaml_text, const std::string& where) {
@@ -175,7 +251,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
       "name",    "description",        "sources",          "peak_tflops",         "memory",
       "links",   "devices_per_node",   "kernels",          "kernels_bf16",        "host_us_per_kernel",
       "collectives_overlap", "collective_in_step", "collective_wait", "attention", "gemm_shapes",
-      "calibrated"};
+      "gemm_sizes", "calibrated"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
@@ -248,24 +324,23 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
   if (const YAML::Node shapes = root["gemm_shapes"]) {
     if (!shapes.IsSequence()) return invalid_argument("{}: gemm_shapes is a list", where);
     for (size_t i = 0; i < shapes.size(); ++i) {
-      const YAML::Node g = shapes[i];
-      const std::string path = fmt::format("gemm_shapes[{}].", i);
-      if (!g.IsMap()) return invalid_argument("{}: {} is not a map", where, path);
-      GemmShapeRate r;
-      KILN_ASSIGN_OR_RETURN(r.dtype, text(g, "dtype", where, path));
-      int64_t* dims[] = {&r.batch, &r.m, &r.n, &r.k};
-      const char* names[] = {"batch", "m", "n", "k"};
-      for (int d = 0; d < 4; ++d) {
-        KILN_ASSIGN_OR_RETURN(double v, number(g, names[d], where, path));
-        *dims[d] = static_cast<int64_t>(v);
-      }
-      try {
-        r.trans_a = g["trans_a"].as<bool>(), r.trans_b = g["trans_b"].as<bool>();
-      } catch (const YAML::Exception&) {
-        return invalid_argument("{}: {}trans_a and trans_b must be true or false", where, path);
-      }
-      KILN_ASSIGN_OR_RETURN(r.efficiency, number(g, "efficiency", where, path));
+      KILN_ASSIGN_OR_RETURN(GemmShapeRate r, gemm_shape(shapes[i], where, fmt::format("gemm_shapes[{}].", i)));
       t.gemm_shapes.push_back(r);
+    }
+  }
+  if (const YAML::Node sizes = root["gemm_sizes"]) {
+    if (!sizes.IsMap()) return invalid_argument("{}: gemm_sizes is a map (in_step, products)", where);
+    const YAML::Node in_step = sizes["in_step"];
+    if (!in_step || !in_step.IsMap()) return invalid_argument("{}: missing gemm_sizes.in_step (float32, bfloat16)", where);
+    KILN_ASSIGN_OR_RETURN(t.gemm_sizes.in_step_f32, number(in_step, "float32", where, "gemm_sizes.in_step."));
+    KILN_ASSIGN_OR_RETURN(t.gemm_sizes.in_step_bf16, number(in_step, "bfloat16", where, "gemm_sizes.in_step."));
+    const YAML::Node products = sizes["products"];
+    if (!products || !products.IsSequence() || products.size() == 0) {
+      return invalid_argument("{}: gemm_sizes.products must list the swept GEMMs", where);
+    }
+    for (size_t i = 0; i < products.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(GemmShapeRate r, gemm_shape(products[i], where, fmt::format("gemm_sizes.products[{}].", i)));
+      t.gemm_sizes.products.push_back(r);
     }
   }
   if (root["calibrated"]) t.calibrated = root["calibrated"].as<std::string>();
@@ -336,14 +411,17 @@ std::string target_to_yaml(const Target& t) {
   }
   if (!t.gemm_shapes.empty()) {
     out << YAML::Key << "gemm_shapes" << YAML::Value << YAML::BeginSeq;
-    for (const GemmShapeRate& r : t.gemm_shapes) {
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "dtype" << YAML::Value << r.dtype << YAML::Key << "batch"
-          << YAML::Value << r.batch << YAML::Key << "m" << YAML::Value << r.m << YAML::Key << "n" << YAML::Value << r.n
-          << YAML::Key << "k" << YAML::Value << r.k << YAML::Key << "trans_a" << YAML::Value << r.trans_a << YAML::Key
-          << "trans_b" << YAML::Value << r.trans_b << YAML::Key << "efficiency" << YAML::Value << r.efficiency
-          << YAML::EndMap;
-    }
+    for (const GemmShapeRate& r : t.gemm_shapes) write_gemm_shape(out, r);
     out << YAML::EndSeq;
+  }
+  if (!t.gemm_sizes.empty()) {
+    out << YAML::Key << "gemm_sizes" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "in_step" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "float32"
+        << YAML::Value << t.gemm_sizes.in_step_f32 << YAML::Key << "bfloat16" << YAML::Value << t.gemm_sizes.in_step_bf16
+        << YAML::EndMap;
+    out << YAML::Key << "products" << YAML::Value << YAML::BeginSeq;
+    for (const GemmShapeRate& r : t.gemm_sizes.products) write_gemm_shape(out, r);
+    out << YAML::EndSeq << YAML::EndMap;
   }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

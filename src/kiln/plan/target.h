@@ -83,11 +83,38 @@ struct AttentionModel {
 // and transposes within a factor 4 over its dimensions together (the sum of |log2| of the
 // batch, m, n and k ratios <= 2) runs at the nearest one's efficiency instead of its class's:
 // a CPU library's rate moves with the shape and the layout more than one fitted line says.
+// The result's dtype is part of the shape where recorded (out_dtype): a bf16 product writing
+// a bf16 result is another oneDNN kernel than one writing f32 (a model's layers write bf16,
+// its logits and their gradients f32), and alone on 2 threads of a Zen 4 EPYC the
+// 2048 x 32000 x 512 one writing bf16 ran at 0.62 of the peak.
 struct GemmShapeRate {
-  std::string dtype;  // "f32", "bf16" (the kernel's operands)
+  std::string dtype;      // "f32", "bf16" (the kernel's operands)
+  std::string out_dtype;  // the result's; "" where not recorded (matches any)
   int64_t batch = 1, m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   double efficiency = 1;
+  double flops() const {
+    return 2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  }
+};
+
+// GEMMs larger than every one the calibration's step ran (optional `gemm_sizes`): square
+// products timed alone (calibrate.h: the GEMM size sweep), per operand and result dtype and
+// layout, each its efficiency. A larger GEMM that no step shape is near runs at the
+// efficiency interpolated over the sweep's products of its dtypes and layout (any layout
+// when the sweep has none of its own) in log FLOPs, constant beyond the ends, divided by
+// in_step: how much slower the step's own largest GEMMs ran than the sweep says for their
+// size (their inputs cold in cache, the step's other devices on the shared cores). Without
+// it, a class efficiency fitted on a small model's GEMMs (0.69 of the peak) predicted
+// 67-GFLOP logits products that ran at 0.85.
+struct GemmSizeModel {
+  double in_step_f32 = 1, in_step_bf16 = 1;  // by the kernel's operand dtype
+  std::vector<GemmShapeRate> products;
+  bool empty() const { return products.empty(); }
+  // The efficiency alone (in_step not applied); nullopt when no product has these dtypes.
+  std::optional<double> alone(const std::string& dtype, const std::string& out_dtype, bool trans_a, bool trans_b,
+                              double flops) const;
+  double in_step(const std::string& dtype) const { return dtype == "bf16" ? in_step_bf16 : in_step_f32; }
 };
 
 struct Target {
@@ -142,6 +169,7 @@ struct Target {
   static double wait_basis(double compute_s);
   AttentionModel attention;  // empty: attention kernels by their class's rate
   std::vector<GemmShapeRate> gemm_shapes;  // empty: GEMMs by their class's rate
+  GemmSizeModel gemm_sizes;                // empty: GEMMs beyond gemm_shapes by their class's rate
   std::string calibrated;  // "" for a published target; else when and on what it was measured
 
   double peak_tflops(bool bf16) const { return bf16 ? peak_tflops_bf16 : peak_tflops_f32; }
@@ -149,7 +177,10 @@ struct Target {
   KernelRate& rate(train::KernelKind kind) { return kernels[static_cast<int>(kind)]; }
   // The efficiency of the calibrated GEMM shape nearest to `gemm` (a kGemm InstrInfo), as
   // GemmShapeRate says; nullopt when none is near enough.
-  std::optional<double> gemm_shape_efficiency(const train::InstrInfo& gemm) const;
+  std::optional<double> gemm_shape_efficiency(const train::InstrInfo& gemm, const std::string& out_dtype = "") const;
+  // The efficiency gemm_sizes gives `gemm` (result `out_dtype`) when it has more FLOPs than
+  // every calibrated step shape of its operand dtype; nullopt otherwise.
+  std::optional<double> large_gemm_efficiency(const train::InstrInfo& gemm, const std::string& out_dtype) const;
   // The rate a kernel of `kind` runs at in a bf16 step (or an f32 one).
   const KernelRate& rate(train::KernelKind kind, bool bf16_step) const {
     return bf16_step && bf16_rates ? kernels_bf16[static_cast<int>(kind)] : rate(kind);
