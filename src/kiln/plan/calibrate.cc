@@ -227,9 +227,8 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
     if (it == infos.end()) it = infos.emplace(s.instr, describe_kernel(*s.instr)).first;
     if (it->second) {
       timing.kernels.push_back(
-          {*it->second, computes_in_bf16(*s.instr),
-           s.instr->shape().is_tuple() ? std::string() : std::string(ir::dtype_name(s.instr->shape().dtype())),
-           s.seconds, attention_work(*s.instr, kTileQ, kTileK)});
+          {*it->second, computes_in_bf16(*s.instr), result_dtype(*s.instr), s.seconds,
+           attention_work(*s.instr, kTileQ, kTileK)});
     }
   }
   timing.link_collective_s = predict_step(last_step, cfg.derived().mesh, links).collective_s;
@@ -323,7 +322,6 @@ std::string gemm_program(const GemmShapeRate& g) {
 // GEMMs (those within 4x of the largest's FLOPs) ran than the sweep gives for their sizes.
 Status calibrate_gemm_sizes(Target& t, int64_t devices, const StepTiming (&steps)[2],
                             const std::function<void(const std::string&)>& log) {
-  Target unit = t;  // the roofline alone
   GemmSizeModel& m = t.gemm_sizes;
   m = {};
   std::set<std::tuple<std::string, std::string, bool, bool>> layouts;
@@ -332,7 +330,7 @@ Status calibrate_gemm_sizes(Target& t, int64_t devices, const StepTiming (&steps
     for (int64_t side = 512; side <= 4096; side *= 2) {
       GemmShapeRate g{dtype, out_dtype, 1, side, side, side, trans_a, trans_b, 1.0};
       KILN_ASSIGN_OR_RETURN(std::vector<GemmSample> timed, time_gemms(devices, {g}, side < 4096 ? 3 : 1));
-      g.efficiency = roofline_seconds(unit, KernelKind::kGemm, g.flops(), 0, dtype == "bf16") / timed[0].seconds;
+      g.efficiency = roofline_seconds(t, KernelKind::kGemm, g.flops(), 0, dtype == "bf16") / timed[0].seconds;
       m.products.push_back(g);
       if (timed[0].seconds > 0.25) break;
     }
@@ -351,7 +349,7 @@ Status calibrate_gemm_sizes(Target& t, int64_t devices, const StepTiming (&steps
         const std::optional<double> e = m.alone(dtype, k.out_dtype, k.info.trans_a, k.info.trans_b, k.info.flops);
         if (!e) continue;
         measured += k.seconds;
-        by_sweep += roofline_seconds(unit, KernelKind::kGemm, k.info.flops, k.info.bytes, k.bf16) / *e;
+        by_sweep += roofline_seconds(t, KernelKind::kGemm, k.info.flops, k.info.bytes, k.bf16) / *e;
       }
     }
     double& factor = std::string(dtype) == "bf16" ? m.in_step_bf16 : m.in_step_f32;

@@ -94,6 +94,10 @@ bool computes_in_bf16(const ir::Instr& instr) {
          instr.operand(0)->shape().dtype() == ir::DType::kBF16;
 }
 
+std::string result_dtype(const ir::Instr& instr) {
+  return instr.shape().is_tuple() ? "" : std::string(ir::dtype_name(instr.shape().dtype()));
+}
+
 std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr) {
   const ops::OpDef& def = ops::op_def(instr.opcode());
   if (def.plumbing) return std::nullopt;
@@ -113,7 +117,7 @@ double kernel_seconds(const Target& target, const ir::Instr& instr, const train:
                       double bytes, bool bf16_step) {
   const KernelKind kind = info.kind;
   if (kind == KernelKind::kGemm && !target.gemm_shapes.empty()) {
-    const std::string out_dtype = instr.shape().is_tuple() ? "" : std::string(ir::dtype_name(instr.shape().dtype()));
+    const std::string out_dtype = result_dtype(instr);
     std::optional<double> efficiency = target.gemm_shape_efficiency(info, out_dtype);
     if (!efficiency) efficiency = target.large_gemm_efficiency(info, out_dtype);
     if (efficiency) return roofline_seconds(target, kind, flops, bytes, computes_in_bf16(instr)) / *efficiency;

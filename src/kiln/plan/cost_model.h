@@ -94,6 +94,8 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
 
 // The kernel runs against the bf16 peak (its first operand is bf16).
 bool computes_in_bf16(const ir::Instr& instr);
+// The result's dtype ("f32", "bf16", ...); "" for a tuple result.
+std::string result_dtype(const ir::Instr& instr);
 // The instruction's class, FLOPs and bytes when it is a compute kernel; nullopt for plumbing,
 // views, collectives and async halves.
 std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr);
