@@ -35,6 +35,25 @@ TEST(KernelRateFit, KernelsOfOneSizeGetAProportionalRate) {
   EXPECT_NEAR(r.efficiency, (1e-8 + 4e-8 + 1e-8) / (3e-8 + 8.4e-8 + 3.1e-8), 1e-9);
 }
 
+TEST(KernelRateFit, TheFixedCostIsAtMostWhatTheSmallestKernelsTook) {
+  // Five small kernels at 5.0-5.4 us, and forty larger ones that each pay 50 us more: a line
+  // through all of them crosses zero work at 34 us, above every small kernel's time. The
+  // fixed cost stops at the median time of the smallest tenth (4 kernels: 5.0-5.3 us, the
+  // upper median 5.2), and the slope is the least-squares one through it.
+  std::vector<std::pair<double, double>> s;
+  for (int i = 0; i < 5; ++i) s.push_back({1e-7 * (i + 1), 5e-6 + 1e-7 * i});
+  for (int i = 1; i <= 40; ++i) s.push_back({1e-5 * i, 5e-5 + 1e-5 * i / 0.5});
+  double n = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+  for (auto [x, t] : s) n += 1, sx += x, st += t, sxx += x * x, sxt += x * t;
+  const double b = (n * sxt - sx * st) / (n * sxx - sx * sx);
+  EXPECT_GT((st - b * sx) / n, 30e-6);  // the plain line's intercept
+  const KernelRate r = fit_kernel_rate(s);
+  EXPECT_NEAR(r.fixed_us, 5.2, 1e-6);
+  double sx_rest = 0;
+  for (auto [x, t] : s) sx_rest += x * (t - 5.2e-6);
+  EXPECT_NEAR(r.efficiency, sxx / sx_rest, 1e-9);
+}
+
 TEST(KernelRateFit, OneSampleIsAProportionalRate) {
   KernelRate r = fit_kernel_rate({{2e-5, 4e-5}});
   EXPECT_EQ(r.fixed_us, 0);

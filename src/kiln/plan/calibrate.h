@@ -111,8 +111,10 @@ struct CollectiveSplit {
 CollectiveSplit split_collective_time(const std::vector<std::vector<TimedInstruction>>& per_device, int steps);
 // Least squares fit of t = fixed + x / efficiency over (x, t) pairs (seconds), with fixed >= 0
 // and efficiency > 0; through the origin (fixed = 0) when the intercept comes out negative
-// or the sizes x span less than 4x (one size cannot tell a fixed cost from a rate). Used by
-// calibrate_cpu, exposed for its tests.
+// or the sizes x span less than 4x (one size cannot tell a fixed cost from a rate); fixed at
+// most the median t of the tenth of the pairs with the least x (a kernel takes at least its
+// fixed cost), the slope refitted when that caps it. Used by calibrate_cpu, exposed for its
+// tests.
 KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples);
 
 }  // namespace kiln::plan
