@@ -272,6 +272,26 @@ backend::Buffer filled(const ir::Shape& shape, double scale) {
   return backend::Buffer::from_literal(ir::Literal(shape, std::move(v)));
 }
 
+// Runs `module` alone on `devices` local devices at once (each on its share of the threads,
+// as a step's devices run it), every parameter filled() at the scale `scale` gives it: one
+// warm-up run, then device 0's best of `repeats`.
+Result<double> time_alone(const ir::Module& module, int64_t devices, int repeats,
+                          const std::function<double(const ir::Instr& param)>& scale) {
+  std::vector<double> best(static_cast<size_t>(devices), 1e30);
+  KILN_RETURN_IF_ERROR(runtime::run_on_devices(devices, [&](int64_t d) -> Status {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(module, {}));
+    std::vector<backend::Buffer> args;
+    for (const ir::Instr* p : module.entry()->params()) args.push_back(filled(p->shape(), scale(*p)));
+    for (int rep = 0; rep <= repeats; ++rep) {
+      const auto t0 = Clock::now();
+      KILN_RETURN_IF_ERROR(exe->run(args).status());
+      if (rep > 0) best[static_cast<size_t>(d)] = std::min(best[static_cast<size_t>(d)], seconds_since(t0));
+    }
+    return ok_status();
+  }));
+  return best[0];
+}
+
 std::string today() {
   std::time_t now = std::time(nullptr);
   char buf[32];
@@ -504,28 +524,14 @@ Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std:
   for (const AttentionShape& shape : shapes) {
     for (const bool grad : {false, true}) {
       KILN_ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, ir::parse_module(attention_program(shape, grad)));
-      const ir::Instr& kernel = *module->entry()->root();
       AttentionSample sample;
       sample.shape = shape;
-      sample.work = *attention_work(kernel, kTileQ, kTileK);
-      std::vector<double> best(static_cast<size_t>(devices), 1e30);
-      KILN_RETURN_IF_ERROR(runtime::run_on_devices(devices, [&](int64_t d) -> Status {
-        KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*module, {}));
-        // Parameters: q, k, v, sinks, segment ids [, out, lse, dout, dlse]. lse 0 keeps
-        // p = exp(s - lse) finite in the backward.
-        std::vector<backend::Buffer> args;
-        for (const ir::Instr* p : module->entry()->params()) {
-          const bool zero = p->shape().dtype() == ir::DType::kS32 || p->attrs().get_int("index") == 6;
-          args.push_back(filled(p->shape(), zero ? 0.0 : 1.0));
-        }
-        for (int rep = 0; rep <= repeats; ++rep) {
-          const auto t0 = Clock::now();
-          KILN_RETURN_IF_ERROR(exe->run(args).status());
-          if (rep > 0) best[static_cast<size_t>(d)] = std::min(best[static_cast<size_t>(d)], seconds_since(t0));
-        }
-        return ok_status();
-      }));
-      sample.seconds = best[0];
+      sample.work = *attention_work(*module->entry()->root(), kTileQ, kTileK);
+      // Parameters: q, k, v, sinks, segment ids [, out, lse, dout, dlse]. lse 0 keeps
+      // p = exp(s - lse) finite in the backward.
+      KILN_ASSIGN_OR_RETURN(sample.seconds, time_alone(*module, devices, repeats, [](const ir::Instr& p) {
+                              return p.shape().dtype() == ir::DType::kS32 || p.attrs().get_int("index") == 6 ? 0.0 : 1.0;
+                            }));
       samples.push_back(sample);
     }
   }
@@ -536,19 +542,8 @@ Result<std::vector<GemmSample>> time_gemms(int64_t devices, const std::vector<Ge
   std::vector<GemmSample> samples;
   for (const GemmShapeRate& shape : shapes) {
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, ir::parse_module(gemm_program(shape)));
-    std::vector<double> best(static_cast<size_t>(devices), 1e30);
-    KILN_RETURN_IF_ERROR(runtime::run_on_devices(devices, [&](int64_t d) -> Status {
-      KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(*module, {}));
-      std::vector<backend::Buffer> args;
-      for (const ir::Instr* p : module->entry()->params()) args.push_back(filled(p->shape(), 1.0));
-      for (int rep = 0; rep <= repeats; ++rep) {
-        const auto t0 = Clock::now();
-        KILN_RETURN_IF_ERROR(exe->run(args).status());
-        if (rep > 0) best[static_cast<size_t>(d)] = std::min(best[static_cast<size_t>(d)], seconds_since(t0));
-      }
-      return ok_status();
-    }));
-    samples.push_back({shape, best[0]});
+    KILN_ASSIGN_OR_RETURN(double seconds, time_alone(*module, devices, repeats, [](const ir::Instr&) { return 1.0; }));
+    samples.push_back({shape, seconds});
   }
   return samples;
 }

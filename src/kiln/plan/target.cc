@@ -54,12 +54,12 @@ Result<double> number(const YAML::Node& node, const std::string& key, const std:
 // Reads the optional per-step-dtype map `key` of `root` ({float32: x, bfloat16: y}) into f32
 // and bf16; absent, they keep their defaults.
 Status per_dtype(const YAML::Node& root, const std::string& key, const std::string& where, bool allow_zero,
-                 double& f32, double& bf16) {
+                 double& f32, double& bf16, const std::string& path = "") {
   const YAML::Node n = root[key];
   if (!n) return ok_status();
-  if (!n.IsMap()) return invalid_argument("{}: {} is a map (float32, bfloat16)", where, key);
-  KILN_ASSIGN_OR_RETURN(f32, number(n, "float32", where, key + ".", allow_zero));
-  KILN_ASSIGN_OR_RETURN(bf16, number(n, "bfloat16", where, key + ".", allow_zero));
+  if (!n.IsMap()) return invalid_argument("{}: {}{} is a map (float32, bfloat16)", where, path, key);
+  KILN_ASSIGN_OR_RETURN(f32, number(n, "float32", where, path + key + ".", allow_zero));
+  KILN_ASSIGN_OR_RETURN(bf16, number(n, "bfloat16", where, path + key + ".", allow_zero));
   return ok_status();
 }
 
@@ -330,10 +330,9 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
   }
   if (const YAML::Node sizes = root["gemm_sizes"]) {
     if (!sizes.IsMap()) return invalid_argument("{}: gemm_sizes is a map (in_step, products)", where);
-    const YAML::Node in_step = sizes["in_step"];
-    if (!in_step || !in_step.IsMap()) return invalid_argument("{}: missing gemm_sizes.in_step (float32, bfloat16)", where);
-    KILN_ASSIGN_OR_RETURN(t.gemm_sizes.in_step_f32, number(in_step, "float32", where, "gemm_sizes.in_step."));
-    KILN_ASSIGN_OR_RETURN(t.gemm_sizes.in_step_bf16, number(in_step, "bfloat16", where, "gemm_sizes.in_step."));
+    if (!sizes["in_step"]) return invalid_argument("{}: missing gemm_sizes.in_step (float32, bfloat16)", where);
+    KILN_RETURN_IF_ERROR(per_dtype(sizes, "in_step", where, false, t.gemm_sizes.in_step_f32, t.gemm_sizes.in_step_bf16,
+                                   "gemm_sizes."));
     const YAML::Node products = sizes["products"];
     if (!products || !products.IsSequence() || products.size() == 0) {
       return invalid_argument("{}: gemm_sizes.products must list the swept GEMMs", where);
@@ -416,9 +415,7 @@ std::string target_to_yaml(const Target& t) {
   }
   if (!t.gemm_sizes.empty()) {
     out << YAML::Key << "gemm_sizes" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "in_step" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "float32"
-        << YAML::Value << t.gemm_sizes.in_step_f32 << YAML::Key << "bfloat16" << YAML::Value << t.gemm_sizes.in_step_bf16
-        << YAML::EndMap;
+    write_per_dtype(out, "in_step", t.gemm_sizes.in_step_f32, t.gemm_sizes.in_step_bf16);
     out << YAML::Key << "products" << YAML::Value << YAML::BeginSeq;
     for (const GemmShapeRate& r : t.gemm_sizes.products) write_gemm_shape(out, r);
     out << YAML::EndSeq << YAML::EndMap;
