@@ -47,6 +47,23 @@ TEST(CostModel, GemmIsTheSlowerOfItsFlopsAndBytesOverItsEfficiency) {
   EXPECT_EQ(r.p.exposed_s, 0);
 }
 
+// The loss's pick of each label's logit: 8 rows of a [8, 32000] f32 table.
+constexpr const char* kLabelLogit = R"(module @pick
+ENTRY computation @main {
+  %logits = f32[8,32000] parameter(), index=0
+  %labels = s32[8,1] parameter(), index=1
+  ROOT %picked = f32[8,1] gather(%logits, %labels), axis=1, batch_dims=1
+}
+)";
+
+TEST(CostModel, AGatherMovesTheRowsItPicksNotTheWholeTable) {
+  // 32 B read, 32 B of labels, 32 B written: 96 B at 1 GB/s, where the whole table would
+  // be 1 MB (a thousand times the time).
+  Predicted r = predict(kLabelLogit, config::Mesh(), test_target());
+  EXPECT_DOUBLE_EQ(r.p.cls(KernelKind::kOther).bytes, 96);
+  EXPECT_NEAR(r.p.step_s, 96e-9, 1e-15);
+}
+
 TEST(CostModel, Bf16KernelsRunAgainstTheBf16PeakAndTheirOwnRate) {
   Target t = test_target();
   t.memory_bandwidth_gbs = 1e6;  // compute bound

@@ -56,10 +56,9 @@ InstrInfo describe_instruction(const ir::Instr& instr) {
   const std::string name = value_name(instr);
   ops::Cost cost = ops::cost_of(instr);
   info.flops = cost.flops;
-  for (const ir::Instr* o : instr.operands()) {
-    if (!o->shape().is_tuple()) info.bytes += static_cast<double>(o->shape().byte_size());
-  }
-  if (!instr.shape().is_tuple()) info.bytes += static_cast<double>(instr.shape().byte_size());
+  // The op's own count of the memory it touches: a gather reads only the rows it picks
+  // (an embedding lookup, the loss's pick of the label's logit), a slice only the window.
+  info.bytes = cost.bytes_read + cost.bytes_written;
   info.remat = name.find(".remat") != std::string::npos;
   nlohmann::json args = {{"op", std::string(opcode)}, {"value", name}, {"shape", instr.shape().to_string()}};
   info.collective = collective_kind(opcode);
@@ -120,6 +119,7 @@ InstrInfo describe_instruction(const ir::Instr& instr) {
   } else {
     info.kind = KernelKind::kOther;
     info.name = fmt::format("{} {}", name, opcode);
+    args["mbytes"] = info.bytes / 1e6;  // what a byte-bound kernel's time goes with, as for fusions
   }
   info.args_json = args.dump();
   return info;
