@@ -64,6 +64,29 @@ TEST(CostModel, AGatherMovesTheRowsItPicksNotTheWholeTable) {
   EXPECT_NEAR(r.p.step_s, 96e-9, 1e-15);
 }
 
+// One loop over x [1024] f32 writing two results, exp(x) and -x.
+constexpr const char* kTwoOutputs = R"(module @two
+computation @fused.ab {
+  %ab.x = f32[1024] parameter(), index=0
+  %ab.e = f32[1024] exp(%ab.x)
+  %ab.n = f32[1024] neg(%ab.x)
+  ROOT %ab.t = (f32[1024], f32[1024]) tuple(%ab.e, %ab.n)
+}
+
+ENTRY computation @main {
+  %x = f32[1024] parameter(), index=0
+  %ab = (f32[1024], f32[1024]) fusion(%x), kind=loop, calls={@fused.ab}
+  ROOT %a = f32[1024] get_tuple_element(%ab), index=0
+}
+)";
+
+TEST(CostModel, AMultiOutputFusionWritesEveryOutput) {
+  // 4 KiB read, 2 x 4 KiB written.
+  Predicted r = predict(kTwoOutputs, config::Mesh(), test_target());
+  EXPECT_DOUBLE_EQ(r.p.cls(KernelKind::kFused).bytes, 3 * 4096);
+  EXPECT_EQ(r.p.cls(KernelKind::kFused).count, 1);
+}
+
 TEST(CostModel, Bf16KernelsRunAgainstTheBf16PeakAndTheirOwnRate) {
   Target t = test_target();
   t.memory_bandwidth_gbs = 1e6;  // compute bound

@@ -56,8 +56,9 @@ InstrInfo describe_instruction(const ir::Instr& instr) {
   const std::string name = value_name(instr);
   ops::Cost cost = ops::cost_of(instr);
   info.flops = cost.flops;
-  // The op's own count of the memory it touches: a gather reads only the rows it picks
-  // (an embedding lookup, the loss's pick of the label's logit), a slice only the window.
+  // The op's own count of the memory it touches: every output of a multi-output fusion;
+  // a gather reads only the rows it picks (an embedding lookup, the loss's pick of the
+  // label's logit), a slice only the window.
   info.bytes = cost.bytes_read + cost.bytes_written;
   info.remat = name.find(".remat") != std::string::npos;
   nlohmann::json args = {{"op", std::string(opcode)}, {"value", name}, {"shape", instr.shape().to_string()}};

@@ -50,7 +50,7 @@ struct InstrInfo {
   std::string name;       // trace event name
   std::string args_json;  // trace event args (a JSON object)
   double flops = 0;       // ops::cost_of (a multiply-add counts 2)
-  double bytes = 0;       // operand bytes read + result bytes written
+  double bytes = 0;       // ops::cost_of: bytes read + bytes written
   std::string collective; // "all_gather", ... for kCollective; else ""
   bool remat = false;     // a recomputed value (name contains ".remat"): rematerialization
   // GEMM shape (kGemm only): batch x [M, K] @ [K, N], transposes as the library sees them.
