@@ -142,13 +142,16 @@ class Trainer {
   // Batches are built on a background thread (prefetch_depth ahead) from the first step on,
   // starting at the iterator position (after a restore); data_wait is the time a step waits.
   int64_t prefetch_depth_ = 2;
-  // One batch per local device: only the rows its devices consume (batch_feed.h).
-  std::unique_ptr<data::Prefetcher<std::vector<HostBatch>>> prefetch_;  // after the data it reads
+  // The rows of each global batch this process's devices take; the prefetch thread reads it.
+  std::unique_ptr<BatchFeed> feed_;
+  // One batch per local device: only the rows its devices consume (batch_feed.h). Declared
+  // after everything its thread reads (the pipelines, data_, feed_), so it is destroyed, and
+  // its thread stopped, before any of them.
+  std::unique_ptr<data::Prefetcher<std::vector<HostBatch>>> prefetch_;
   std::unique_ptr<StepRunner> runner_;  // holds the state; declared after program_, which it reads
   int64_t step_ = 0;
   int64_t steps_ = 0;
-  int64_t planned_process_bytes_ = 0;
-  std::unique_ptr<BatchFeed> feed_;  // the rows of each global batch this process's devices take  // this process's devices' planned need (check_memory)
+  int64_t planned_process_bytes_ = 0;  // this process's devices' planned need (check_memory)
   TrainingFlops flops_;
   double tokens_per_device_ = 0;  // per step
   Peaks peaks_;
