@@ -64,7 +64,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   kiln::app::reexec_with_hugepage_heap(argv);  // first: a tunable is read at process start
-  kiln::app::fix_mmap_threshold();
+  kiln::app::fix_malloc_thresholds();
   try {
     return kiln::app::run(argc, argv);
   } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
 #include "kiln/runtime/collectives.h"
 
@@ -21,5 +22,30 @@ Status run_on_devices(int64_t num_devices, const std::function<Status(int64_t)>&
 // fails, world.abort() fails the collectives the others wait on, so they return instead of
 // waiting for the timeout. Returns the first failure in time (the cause, not the echoes).
 Status run_on_devices(World& world, const std::function<Status(int64_t)>& fn);
+
+// Device threads kept from one call to the next: run() is run_on_devices on threads started
+// once, in the constructor, and joined in the destructor. What a device thread keeps (its
+// OpenMP team, its oneDNN stream, its kernels' scratch and malloc cache, the collectives it
+// has in flight) then lasts as long as this object instead of one step; a step runner owns
+// one for its local devices. Calls from several threads take turns; a call from one of these
+// threads (fn calling run again) runs on fresh threads, as run_on_devices does. With one
+// device, fn runs on the calling thread and no thread is started.
+class DeviceThreads {
+ public:
+  explicit DeviceThreads(int64_t num_devices);
+  ~DeviceThreads();
+  DeviceThreads(const DeviceThreads&) = delete;
+  DeviceThreads& operator=(const DeviceThreads&) = delete;
+
+  int64_t num_devices() const { return num_devices_; }
+  Status run(const std::function<Status(int64_t)>& fn);
+  Status run(World& world, const std::function<Status(int64_t)>& fn);
+
+  struct State;  // the workers' shared state (run_on_devices.cc)
+
+ private:
+  int64_t num_devices_;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace kiln::runtime

@@ -26,6 +26,7 @@ class ShardedRunner : public StepRunner {
       contexts_.push_back(ops::DeviceContext{mesh_, world_->first_device() + d, &world_->device(d)});
     }
     for (int64_t g = 0; g < mesh_.num_devices(); ++g) all_devices_.push_back(g);
+    threads_ = std::make_unique<runtime::DeviceThreads>(world_->local_devices());
   }
 
   Status init_runners(const ShardedRunnerOptions& options, backend::CompileReport* report) {
@@ -57,7 +58,7 @@ class ShardedRunner : public StepRunner {
     // The exposed collective time of this step: each local device's growth of wait_seconds()
     // (waits in arg()'s gathers between steps are not part of it).
     std::vector<double> waited(runners_.size(), 0.0);
-    KILN_RETURN_IF_ERROR(runtime::run_on_devices(*world_, [&](int64_t d) {
+    KILN_RETURN_IF_ERROR(threads_->run(*world_, [&](int64_t d) {
       ops::ScopedDeviceContext scope(&contexts_[d]);
       const double before = world_->device(d).wait_seconds();
       Status st = runners_[d]->run();
@@ -128,7 +129,7 @@ class ShardedRunner : public StepRunner {
     return runners_.at(local)->local_arg_buffer(index, 0);
   }
   Status run_on_local_devices(const std::function<Status(int64_t local)>& fn) override {
-    return runtime::run_on_devices(*world_, [&](int64_t d) {
+    return threads_->run(*world_, [&](int64_t d) {
       ops::ScopedDeviceContext scope(&contexts_[d]);
       return fn(d);
     });
@@ -137,7 +138,7 @@ class ShardedRunner : public StepRunner {
     if (world_->num_ranks() == 1) return value;
     const int64_t n = world_->local_devices(), total = mesh_.num_devices();
     std::vector<std::vector<int64_t>> gathered(n, std::vector<int64_t>(total));
-    Status st = runtime::run_on_devices(*world_, [&](int64_t d) -> Status {
+    Status st = threads_->run(*world_, [&](int64_t d) -> Status {
       return world_->device(d).all_gather(all_devices_, &value, sizeof(value), gathered[d].data())->wait();
     });
     // As in gather_shards: StepRunner's interface cannot return it, and a rank that is
@@ -158,7 +159,7 @@ class ShardedRunner : public StepRunner {
     for (const auto& r : runners_) mine.push_back(r->arg(index));
     const size_t count = mine[0].values().size();
     std::vector<std::vector<double>> gathered(n, std::vector<double>(count * total));
-    Status st = runtime::run_on_devices(*world_, [&](int64_t d) -> Status {
+    Status st = threads_->run(*world_, [&](int64_t d) -> Status {
       KILN_CHECK(mine[d].values().size() == count) << "shards of argument " << index << " differ in size";
       return world_->device(d).all_gather(all_devices_, mine[d].values().data(), count * sizeof(double),
                                           gathered[d].data())->wait();
@@ -184,6 +185,9 @@ class ShardedRunner : public StepRunner {
   std::vector<std::unique_ptr<StepRunner>> runners_;
   std::string name_;
   double collective_wait_s_ = 0;
+  // Last: joined first, before the runners and the world its threads' in-flight collectives
+  // refer to are destroyed.
+  std::unique_ptr<runtime::DeviceThreads> threads_;
 };
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "kiln/backend/cpu/kernels/thread_scratch.h"
 #include "kiln/base/check.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
@@ -103,34 +104,34 @@ void pack_key_pairs(const uint16_t* x, int64_t stride, int64_t n, uint32_t* t) {
   }
 }
 
-// k and v of every (batch, kv head, key block) in the layouts a kernel asks for.
-// Storage left uninitialised (every word is written by the packing, in parallel, where a
-// zero-filled vector would first be cleared by one thread).
+// k and v of every (batch, kv head, key block) in the layouts a kernel asks for, in this
+// thread's kept scratch (thread_scratch.h). Storage left uninitialised (every word is written
+// by the packing, in parallel, where a zero-filled vector would first be cleared by one thread).
 struct Pack {
   int64_t blocks = 0;
-  std::unique_ptr<uint32_t[]> k_dim, v_dim, k_key, v_key;
-  const uint32_t* tile(const std::unique_ptr<uint32_t[]>& t, const Geometry& g, int64_t b, int64_t kh, int64_t jb) const {
-    return t.get() + ((b * g.K + kh) * blocks + jb) * kTileWords;
+  uint32_t *k_dim = nullptr, *v_dim = nullptr, *k_key = nullptr, *v_key = nullptr;
+  const uint32_t* tile(const uint32_t* t, const Geometry& g, int64_t b, int64_t kh, int64_t jb) const {
+    return t + ((b * g.K + kh) * blocks + jb) * kTileWords;
   }
 };
 
 Pack pack(const Geometry& g, const uint16_t* k, const uint16_t* v, bool k_dim, bool v_dim, bool k_key, bool v_key) {
   Pack p;
   p.blocks = (g.S + kBk - 1) / kBk;
-  const int64_t n = g.B * g.K * p.blocks * kTileWords;
-  if (k_dim) p.k_dim.reset(new uint32_t[n]);
-  if (v_dim) p.v_dim.reset(new uint32_t[n]);
-  if (k_key) p.k_key.reset(new uint32_t[n]);
-  if (v_key) p.v_key.reset(new uint32_t[n]);
+  const size_t n = static_cast<size_t>(g.B * g.K * p.blocks * kTileWords);
+  if (k_dim) p.k_dim = thread_scratch<uint32_t>(ScratchSlot::kPack0, n);
+  if (v_dim) p.v_dim = thread_scratch<uint32_t>(ScratchSlot::kPack1, n);
+  if (k_key) p.k_key = thread_scratch<uint32_t>(ScratchSlot::kPack2, n);
+  if (v_key) p.v_key = thread_scratch<uint32_t>(ScratchSlot::kPack3, n);
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < g.B * g.K * p.blocks; ++blk) {
     const int64_t jb = blk % p.blocks, kh = (blk / p.blocks) % g.K, b = blk / (p.blocks * g.K);
     const int64_t j0 = jb * kBk, nk = std::min(kBk, g.S - j0);
     const int64_t src = ((b * g.S + j0) * g.K + kh) * kDh, stride = g.K * kDh, dst = blk * kTileWords;
-    if (k_dim) pack_dim_pairs(k + src, stride, nk, p.k_dim.get() + dst);
-    if (v_dim) pack_dim_pairs(v + src, stride, nk, p.v_dim.get() + dst);
-    if (k_key) pack_key_pairs(k + src, stride, nk, p.k_key.get() + dst);
-    if (v_key) pack_key_pairs(v + src, stride, nk, p.v_key.get() + dst);
+    if (k_dim) pack_dim_pairs(k + src, stride, nk, p.k_dim + dst);
+    if (v_dim) pack_dim_pairs(v + src, stride, nk, p.v_dim + dst);
+    if (k_key) pack_key_pairs(k + src, stride, nk, p.k_key + dst);
+    if (v_key) pack_key_pairs(v + src, stride, nk, p.v_key + dst);
   }
   return p;
 }
@@ -472,13 +473,14 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
   const int64_t kv_elems = g.B * g.K * kv.blocks * kDh * kBk;
   // Each thread of the team clears its own copies (a zero-filled vector would be cleared by
   // one thread); only the team's copies are summed, should it be smaller than asked.
-  std::unique_ptr<float[]> dk_acc(new float[threads * kv_elems]), dv_acc(new float[threads * kv_elems]);
+  float* dk_acc = thread_scratch<float>(ScratchSlot::kAccumulate0, static_cast<size_t>(threads * kv_elems));
+  float* dv_acc = thread_scratch<float>(ScratchSlot::kAccumulate1, static_cast<size_t>(threads * kv_elems));
   int team = 1;
 #pragma omp parallel num_threads(threads)
   {
     if (omp_get_thread_num() == 0) team = omp_get_num_threads();
-    float* dka = dk_acc.get() + omp_get_thread_num() * kv_elems;
-    float* dva = dv_acc.get() + omp_get_thread_num() * kv_elems;
+    float* dka = dk_acc + omp_get_thread_num() * kv_elems;
+    float* dva = dv_acc + omp_get_thread_num() * kv_elems;
     std::fill(dka, dka + kv_elems, 0.0f);
     std::fill(dva, dva + kv_elems, 0.0f);
     std::vector<uint32_t> qt(kDh * tpairs), dot(kDh * tpairs), ds_pairs(kBq / 2 * kBk), p_pairs(kBq / 2 * kBk);
@@ -567,8 +569,8 @@ void attention_backward_bf16(const Geometry& g, std::span<const Value* const> in
     std::fill(sk, sk + kDh * kBk, 0.0f);
     std::fill(sv, sv + kDh * kBk, 0.0f);
     for (int t = 0; t < team; ++t) {
-      const float* ak = dk_acc.get() + t * kv_elems + blk * kDh * kBk;
-      const float* av = dv_acc.get() + t * kv_elems + blk * kDh * kBk;
+      const float* ak = dk_acc + t * kv_elems + blk * kDh * kBk;
+      const float* av = dv_acc + t * kv_elems + blk * kDh * kBk;
 #pragma omp simd
       for (int64_t x = 0; x < kDh * kBk; ++x) {
         sk[x] += ak[x];

@@ -31,6 +31,7 @@
 #include "kiln/backend/cpu/attention/attention_bf16.h"
 #include "kiln/backend/cpu/attention/attention_common.h"
 #include "kiln/backend/cpu/kernels/kernel.h"
+#include "kiln/backend/cpu/kernels/thread_scratch.h"
 #include "kiln/base/check.h"
 
 namespace kiln::backend::cpu {
@@ -76,33 +77,35 @@ void tile_logits(const float* q, const float* kt, int64_t nq, int64_t dh_runtime
 
 // k and v once per call in f32 tile layouts, so tiles read contiguous memory whatever the
 // operands' layout and dtype: kt/vt [B][K][blocks][Dh][kBk] (transposed, zero-padded) and
-// kr/vr [B][K][blocks * kBk][Dh]. Extra memory: a few copies of k and v (linear in S).
+// kr/vr [B][K][blocks * kBk][Dh]. Extra memory: a few copies of k and v (linear in S), kept
+// on the thread for the next call (thread_scratch.h); every element is written here.
 struct KvPack {
   int64_t blocks = 0;
-  std::vector<float> kt, vt, kr, vr;
-  const float* tile(const std::vector<float>& t, const Geometry& g, int64_t b, int64_t kh, int64_t jb) const {
-    return t.data() + ((b * g.K + kh) * blocks + jb) * g.Dh * kBk;
+  float *kt = nullptr, *vt = nullptr, *kr = nullptr, *vr = nullptr;
+  const float* tile(const float* t, const Geometry& g, int64_t b, int64_t kh, int64_t jb) const {
+    return t + ((b * g.K + kh) * blocks + jb) * g.Dh * kBk;
   }
 };
 
 KvPack pack_kv(const Geometry& g, const View& k, const View& v, bool vt, bool kr, bool vr) {
   KvPack p;
   p.blocks = (g.S + kBk - 1) / kBk;
-  const int64_t dh = g.Dh, n = g.B * g.K * p.blocks * dh * kBk;
-  p.kt.resize(n);
-  if (vt) p.vt.resize(n);
-  if (kr) p.kr.resize(n);
-  if (vr) p.vr.resize(n);
+  const int64_t dh = g.Dh;
+  const size_t n = static_cast<size_t>(g.B * g.K * p.blocks * dh * kBk);
+  p.kt = thread_scratch<float>(ScratchSlot::kPack0, n);
+  if (vt) p.vt = thread_scratch<float>(ScratchSlot::kPack1, n);
+  if (kr) p.kr = thread_scratch<float>(ScratchSlot::kPack2, n);
+  if (vr) p.vr = thread_scratch<float>(ScratchSlot::kPack3, n);
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < g.B * g.K * p.blocks; ++blk) {
     const int64_t jb = blk % p.blocks, kh = (blk / p.blocks) % g.K, b = blk / (p.blocks * g.K);
     const int64_t j0 = jb * kBk, nk = std::min(kBk, g.S - j0);
     const int64_t src = ((b * g.S + j0) * g.K + kh) * dh, stride = g.K * dh, dst = blk * dh * kBk;
-    load_rows_transposed(k, src, stride, nk, dh, p.kt.data() + dst);
-    if (vt) load_rows_transposed(v, src, stride, nk, dh, p.vt.data() + dst);
-    auto rows = [&](const View& x, std::vector<float>& out) {
-      std::fill(out.data() + dst, out.data() + dst + dh * kBk, 0.0f);
-      load_rows(x, src, stride, nk, dh, out.data() + dst);
+    load_rows_transposed(k, src, stride, nk, dh, p.kt + dst);
+    if (vt) load_rows_transposed(v, src, stride, nk, dh, p.vt + dst);
+    auto rows = [&](const View& x, float* out) {
+      std::fill(out + dst, out + dst + dh * kBk, 0.0f);
+      load_rows(x, src, stride, nk, dh, out + dst);
     };
     if (kr) rows(k, p.kr);
     if (vr) rows(v, p.vr);
@@ -374,12 +377,19 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
   // the size of dk and dv, linear in S).
   const int threads = omp_get_max_threads();
   const int64_t kv_elems = g.B * g.K * g.S * dh;
-  std::vector<float> dk_acc(threads * kv_elems, 0.0f), dv_acc(threads * kv_elems, 0.0f);
+  float* dk_acc = thread_scratch<float>(ScratchSlot::kAccumulate0, static_cast<size_t>(threads * kv_elems));
+  float* dv_acc = thread_scratch<float>(ScratchSlot::kAccumulate1, static_cast<size_t>(threads * kv_elems));
   const KvPack pack = pack_kv(g, k, v, true, true, false);
+  int team = 1;
 #pragma omp parallel num_threads(threads)
   {
-    float* dka = dk_acc.data() + omp_get_thread_num() * kv_elems;
-    float* dva = dv_acc.data() + omp_get_thread_num() * kv_elems;
+    // Each thread clears its own copies (the kept scratch holds the last call's sums); only the
+    // team's copies are summed, should it be smaller than asked.
+    if (omp_get_thread_num() == 0) team = omp_get_num_threads();
+    float* dka = dk_acc + omp_get_thread_num() * kv_elems;
+    float* dva = dv_acc + omp_get_thread_num() * kv_elems;
+    std::fill(dka, dka + kv_elems, 0.0f);
+    std::fill(dva, dva + kv_elems, 0.0f);
     std::vector<float> qf(g.T * dh), dof(g.T * dh), dqa(g.T * dh), dvec(g.T), lrow(g.T);
     std::vector<float> s(kBq * kBk), dp(kBq * kBk);
 // Static: every (batch, head) task has the same work, and a fixed assignment of heads to
@@ -439,9 +449,9 @@ void backward(const Geometry& g, std::span<const Value* const> in, Buffer& dq, B
   for (int64_t row = 0; row < g.B * g.K * g.S; ++row) {
     const int64_t j = row % g.S, kh = (row / g.S) % g.K, b = row / (g.S * g.K);
     const int64_t o = ((b * g.S + j) * g.K + kh) * dh;
-    float* sk = dk_acc.data() + row * dh;  // thread 0's copy collects the sum
-    float* sv = dv_acc.data() + row * dh;
-    for (int t = 1; t < threads; ++t) {
+    float* sk = dk_acc + row * dh;  // thread 0's copy collects the sum
+    float* sv = dv_acc + row * dh;
+    for (int t = 1; t < team; ++t) {  // only the team's copies were cleared
 #pragma omp simd
       for (int64_t e = 0; e < dh; ++e) {
         sk[e] += dk_acc[t * kv_elems + row * dh + e];

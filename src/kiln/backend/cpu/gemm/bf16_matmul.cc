@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/backend/cpu/kernels/bf16_convert.h"
+#include "kiln/backend/cpu/kernels/thread_scratch.h"
 #include "kiln/base/check.h"
 
 namespace kiln::backend::cpu {
@@ -135,8 +136,6 @@ void bf16_matmul(const Bf16MatmulDesc& d, const uint16_t* a, const uint16_t* b, 
     // go to this thread's own buffer instead, kept for the next call up to 64 MiB, and are
     // rounded here, once, to nearest even as the primitive would.
     constexpr size_t kKeep = size_t{64} << 20;
-    thread_local std::unique_ptr<float[]> kept;
-    thread_local size_t kept_floats = 0;
     const int64_t rows = d.batch * d.m;
     const size_t floats = static_cast<size_t>(rows * d.n);
     std::unique_ptr<float[]> once;
@@ -145,8 +144,7 @@ void bf16_matmul(const Bf16MatmulDesc& d, const uint16_t* a, const uint16_t* b, 
       once.reset(new float[floats]);
       sums = once.get();
     } else {
-      if (kept_floats < floats) kept.reset(new float[floats]), kept_floats = floats;
-      sums = kept.get();
+      sums = thread_scratch<float>(ScratchSlot::kMatmulSums, floats);
     }
     Bf16MatmulDesc wide = d;
     wide.f32_out = true;
