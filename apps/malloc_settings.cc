@@ -28,14 +28,14 @@
 // MALLOC_MMAP_THRESHOLD_ in the environment still overrides it (glibc reads it first; this
 // keeps a value the user set).
 //
-// 3. A trim threshold of 8 MiB. Blocks under the mmap threshold come from the heap of the
-// thread's arena, and when a free leaves more than the trim threshold (128 KiB by default)
-// unused at the top of a device thread's heap, glibc returns those pages (madvise
-// MADV_DONTNEED) and the next step faults them in again. gpt-oss-tiny on fsdp 2 (2 device
-// threads) made about 60 such calls per step; with 8 MiB, none after the first step: over
-// 12 steps, three runs each alternating, system time 0.44-0.59 -> 0.37-0.38 s and the median
-// step 0.358-0.382 -> 0.353-0.373 s, the same peak resident memory. The memory kept is at
-// most 8 MiB per arena. MALLOC_TRIM_THRESHOLD_ (or the glibc.malloc.trim_threshold tunable)
+// 3. A trim threshold of 1 MiB, the mmap threshold. Blocks under the mmap threshold come from
+// the heap of the thread's arena, and when a free leaves more than the trim threshold (128 KiB
+// by default) unused at the top of a heap, glibc returns those pages (madvise MADV_DONTNEED)
+// and the next step faults them in again: gpt-oss-tiny on fsdp 2 (2 device threads) made about
+// 65 such calls per step. With the trim threshold at 1 MiB, about 1 per step (12 steps, three
+// runs of each alternating: system time 0.50-0.59 -> 0.39-0.42 s, median step 0.382-0.390 ->
+// 0.373-0.390 s, peak resident memory over the plan within the runs' spread, +0.4..+2.2%); at
+// most 1 MiB per arena stays mapped. MALLOC_TRIM_THRESHOLD_ (or the glibc.malloc.trim_threshold tunable)
 // still overrides it.
 #include "malloc_settings.h"
 
@@ -78,7 +78,7 @@ bool user_set(const char* variable, const char* tunable) {
 
 void fix_malloc_thresholds() {
   if (!user_set("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold")) mallopt(M_MMAP_THRESHOLD, 1 << 20);
-  if (!user_set("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold")) mallopt(M_TRIM_THRESHOLD, 8 << 20);
+  if (!user_set("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold")) mallopt(M_TRIM_THRESHOLD, 1 << 20);
 }
 
 }  // namespace kiln::app

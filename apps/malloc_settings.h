@@ -9,7 +9,7 @@ namespace kiln::app {
 void reexec_with_hugepage_heap(char** argv);
 
 // Blocks of 1 MiB and more get mappings of their own, returned to the system when freed,
-// whatever sizes were freed before; up to 8 MiB free at the top of a heap stays mapped for the
+// whatever sizes were freed before; up to 1 MiB free at the top of a heap stays mapped for the
 // next step.
 void fix_malloc_thresholds();
 
