@@ -293,6 +293,10 @@ INSTANTIATE_TEST_SUITE_P(
         KernelCase{"window_longer_than_tile", 1, 200, 200, 2, 2, 64, true, true, false, 100},
         KernelCase{"window_longer_than_sequence", 1, 130, 130, 2, 1, 64, true, false, false, 500},
         KernelCase{"packed_segments", 2, 140, 140, 4, 2, 64, true, true, true, 50},
+        // Head widths 32 and 128 have kernels of their own (the width a compile-time constant).
+        KernelCase{"head_dim_32_window_sinks", 2, 150, 150, 4, 2, 32, true, true, false, 64},
+        KernelCase{"head_dim_128_causal_segments", 1, 140, 140, 4, 1, 128, true, false, true, 0},
+        KernelCase{"bf16_head_dim_32_window", 1, 130, 130, 4, 2, 32, true, true, false, 64, ir::DType::kBF16},
         KernelCase{"non_causal_cross", 2, 70, 150, 3, 1, 16, false, false, false, 0},
         KernelCase{"non_causal_segments_odd_head_dim", 1, 90, 90, 2, 1, 7, false, true, true, 0},
         KernelCase{"bf16", 1, 130, 130, 4, 2, 64, true, true, false, 64, ir::DType::kBF16},
