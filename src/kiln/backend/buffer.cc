@@ -10,20 +10,20 @@
 
 namespace kiln::backend {
 
-namespace {
-// Zeros from this size up are fresh pages mapped from the kernel (page aligned, resident only
-// once written), so making the optimizer moments at start-up costs no pass over them.
-constexpr int64_t kMappedZerosBytes = int64_t{1} << 20;
-
-std::byte* raw_allocate(int64_t bytes) {
+std::byte* allocate_aligned(int64_t bytes) {
   size_t size = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, size);
   KILN_CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
   return static_cast<std::byte*>(p);
 }
 
+namespace {
+// Zeros from this size up are fresh pages mapped from the kernel (page aligned, resident only
+// once written), so making the optimizer moments at start-up costs no pass over them.
+constexpr int64_t kMappedZerosBytes = int64_t{1} << 20;
+
 std::shared_ptr<std::byte[]> allocate(int64_t bytes) {
-  return std::shared_ptr<std::byte[]>(raw_allocate(bytes), [](std::byte* q) { std::free(q); });
+  return std::shared_ptr<std::byte[]>(allocate_aligned(bytes), [](std::byte* q) { std::free(q); });
 }
 }  // namespace
 
@@ -41,7 +41,7 @@ std::shared_ptr<std::byte[]> BufferPool::take(int64_t bytes) {
       free_.erase(it);
     }
   }
-  if (!p) p = raw_allocate(bytes);
+  if (!p) p = allocate_aligned(bytes);
   std::weak_ptr<BufferPool> pool = weak_from_this();
   return std::shared_ptr<std::byte[]>(p, [pool, bytes](std::byte* q) {
     if (auto alive = pool.lock()) {

@@ -13,6 +13,10 @@
 
 namespace kiln::backend {
 
+// `bytes` (at least 1) rounded up to 64, 64-byte aligned, uninitialised; std::free releases
+// it. Fails the process (KILN_CHECK) when out of memory.
+std::byte* allocate_aligned(int64_t bytes);
+
 class BufferPool;
 
 class Buffer {

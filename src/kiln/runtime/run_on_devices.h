@@ -37,7 +37,6 @@ class DeviceThreads {
   DeviceThreads(const DeviceThreads&) = delete;
   DeviceThreads& operator=(const DeviceThreads&) = delete;
 
-  int64_t num_devices() const { return num_devices_; }
   Status run(const std::function<Status(int64_t)>& fn);
   Status run(World& world, const std::function<Status(int64_t)>& fn);
 

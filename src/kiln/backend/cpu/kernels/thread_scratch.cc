@@ -1,20 +1,20 @@
 #include "kiln/backend/cpu/kernels/thread_scratch.h"
 
-#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <memory>
-#include <new>
+
+#include "kiln/backend/buffer.h"
 
 namespace kiln::backend::cpu {
 namespace {
 
 struct FreeBlock {
-  void operator()(void* p) const { std::free(p); }
+  void operator()(std::byte* p) const { std::free(p); }
 };
 
 struct Kept {
-  std::unique_ptr<void, FreeBlock> block;
+  std::unique_ptr<std::byte, FreeBlock> block;
   size_t bytes = 0;
 };
 
@@ -23,15 +23,10 @@ struct Kept {
 void* thread_scratch_bytes(ScratchSlot slot, size_t bytes) {
   thread_local std::array<Kept, static_cast<size_t>(ScratchSlot::kCount)> kept;
   Kept& k = kept[static_cast<size_t>(slot)];
-  if (k.bytes < bytes || !k.block) {
-    constexpr size_t kAlign = 64;
-    const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  if (!k.block || k.bytes < bytes) {
     k.block.reset();  // the old block first: never both at once
-    k.bytes = 0;
-    void* p = std::aligned_alloc(kAlign, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    k.block.reset(p);
-    k.bytes = rounded;
+    k.block.reset(allocate_aligned(static_cast<int64_t>(bytes)));
+    k.bytes = bytes;
   }
   return k.block.get();
 }
