@@ -66,6 +66,9 @@ std::vector<Case> cases() {
        "%r = f32[512,8,64] transpose(%x), perm={2,0,1}", 1},
       {"transpose f32[4096,512] -> [512,4096]", "  %x = f32[4096,512] parameter(), index=0\n",
        "%r = f32[512,4096] transpose(%x), perm={1,0}", 1},
+      // The MoE bench shape's logits weight gradient (vocabulary 32,000): larger than the L3.
+      {"transpose f32[32000,512] -> [512,32000]", "  %x = f32[32000,512] parameter(), index=0\n",
+       "%r = f32[512,32000] transpose(%x), perm={1,0}", 1},
       {"slice f32[2,512,8,64] -> [2,512,8,32]", "  %x = f32[2,512,8,64] parameter(), index=0\n",
        "%r = f32[2,512,8,32] slice(%x), start={0,0,0,32}, limit={2,512,8,64}", 1},
       {"concatenate 2 x f32[2,512,8,32]",

@@ -2,6 +2,10 @@
 
 #include <omp.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 
@@ -80,6 +84,49 @@ void copy_rows(T* out, const T* in, const std::vector<int64_t>& dims, const std:
 // Tile edge of the blocked transpose: 16 x 16 elements touch 16 cache lines on each side.
 constexpr int64_t kTile = 16;
 
+#if defined(__AVX512F__)
+// out[j * out_stride + i] = in[i * in_stride + j] for i, j < 16, 4-byte elements: sixteen
+// row loads, the 16 x 16 block transposed in registers (pairs, then quads, then 128-bit
+// lanes twice), sixteen row stores. The scalar loop reads a new cache line per element and
+// ran a 512 x 32,000 f32 transpose at 7.5 GB/s.
+// GCC 12 warns that the shuffles' internal _mm512_undefined_ps() is uninitialized (it is
+// meant to be: the unmasked shuffle never reads it).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+template <typename T>
+void transpose_16x16(const T* in, int64_t in_stride, T* out, int64_t out_stride) {
+  static_assert(sizeof(T) == 4);
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(reinterpret_cast<const float*>(in + i * in_stride));
+  // Interleave row pairs: t[2k] holds (r[2k][j], r[2k+1][j]) for the low j of each 128-bit lane.
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+  }
+  // Quads of rows within each 128-bit lane.
+  for (int k = 0; k < 4; ++k) {
+    r[4 * k + 0] = _mm512_shuffle_ps(t[4 * k + 0], t[4 * k + 2], 0x44);
+    r[4 * k + 1] = _mm512_shuffle_ps(t[4 * k + 0], t[4 * k + 2], 0xEE);
+    r[4 * k + 2] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
+    r[4 * k + 3] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xEE);
+  }
+  // 128-bit lanes: quads of rows 0-3 with 4-7, and 8-11 with 12-15.
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 4; ++k) {
+      t[8 * h + k] = _mm512_shuffle_f32x4(r[8 * h + k], r[8 * h + k + 4], 0x88);
+      t[8 * h + k + 4] = _mm512_shuffle_f32x4(r[8 * h + k], r[8 * h + k + 4], 0xDD);
+    }
+  }
+  // And the halves: rows 0-7 with 8-15.
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+    r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xDD);
+  }
+  for (int j = 0; j < 16; ++j) _mm512_storeu_ps(reinterpret_cast<float*>(out + j * out_stride), r[j]);
+}
+#pragma GCC diagnostic pop
+#endif
+
 // A transpose whose last result dim `z` is strided in the input while another result dim
 // `a` is contiguous there: row by row, every read would touch a new cache line (a result
 // [8,64,512] from [512,8,64] reads with a stride of 2 KiB). Instead copy kTile x kTile
@@ -114,6 +161,14 @@ void copy_tiled(T* out, const T* in, const std::vector<int64_t>& dims, const std
       dst += v * out_strides[d];
     }
     const int64_t a0 = ba * kTile, a1 = std::min(na, a0 + kTile), z0 = bz * kTile, z1 = std::min(nz, z0 + kTile);
+#if defined(__AVX512F__)
+    if constexpr (sizeof(T) == 4) {
+      if (a1 - a0 == kTile && z1 - z0 == kTile && in_a == 1 && out_z == 1) {
+        transpose_16x16(in + src + a0 + z0 * in_z, in_z, out + dst + a0 * out_a + z0, out_a);
+        continue;
+      }
+    }
+#endif
     for (int64_t ia = a0; ia < a1; ++ia) {
       const T* s = in + src + ia * in_a;
       T* o = out + dst + ia * out_a;
