@@ -64,6 +64,19 @@ TEST(CostModel, AGatherMovesTheRowsItPicksNotTheWholeTable) {
   EXPECT_NEAR(r.p.step_s, 96e-9, 1e-15);
 }
 
+TEST(CostModel, AnOpcodeWithItsOwnFixedCostPaysThatOne) {
+  // The gather's 96 B as above, plus the fixed cost: the class's, or the gather's own when the
+  // target has one (a calibrated CPU's "other" class); another opcode's does not apply.
+  Target t = test_target();
+  KernelRate& other = t.rate(KernelKind::kOther);
+  other.fixed_us = 2;
+  EXPECT_NEAR(predict(kLabelLogit, config::Mesh(), t).p.step_s, 2e-6 + 96e-9, 1e-15);
+  other.fixed_us_by_opcode = {{"sort", 40}};
+  EXPECT_NEAR(predict(kLabelLogit, config::Mesh(), t).p.step_s, 2e-6 + 96e-9, 1e-15);
+  other.fixed_us_by_opcode["gather"] = 7;
+  EXPECT_NEAR(predict(kLabelLogit, config::Mesh(), t).p.step_s, 7e-6 + 96e-9, 1e-15);
+}
+
 // One loop over x [1024] f32 writing two results, exp(x) and -x.
 constexpr const char* kTwoOutputs = R"(module @two
 computation @fused.ab {

@@ -60,6 +60,36 @@ TEST(KernelRateFit, OneSampleIsAProportionalRate) {
   EXPECT_NEAR(r.efficiency, 0.5, 1e-12);
 }
 
+// The "other" class: slices that pay 10 us each and reshapes that pay 0.2 us, both moving
+// bytes at 0.8 of the bandwidth. One fixed cost for the class sits at the reshapes' (the
+// smallest tenth's median), so every slice would be 10 us short; per opcode each keeps its own.
+TEST(KernelRateFit, EachOpcodeOfAMixedClassKeepsItsOwnFixedCost) {
+  std::vector<std::pair<double, double>> s;
+  std::vector<std::string> ops;
+  for (int i = 1; i <= 20; ++i) s.push_back({1e-6 * i, 10e-6 + 1e-6 * i / 0.8}), ops.push_back("slice");
+  for (int i = 1; i <= 20; ++i) s.push_back({1e-8 * i, 0.2e-6 + 1e-8 * i / 0.8}), ops.push_back("reshape");
+  s.push_back({1e-9, 40e-6}), ops.push_back("sort");  // one kernel: the class's fixed cost
+  const KernelRate one = fit_kernel_rate(s);
+  EXPECT_LT(one.fixed_us, 1.0);
+  const KernelRate r = fit_kernel_rate_by_opcode(s, ops);
+  EXPECT_NEAR(r.fixed_us_of("slice"), 10 + 1 / 0.8, 1e-6);  // its smallest kernel's time
+  EXPECT_NEAR(r.fixed_us_of("reshape"), 0.2 + 0.01 / 0.8, 1e-6);
+  EXPECT_EQ(r.fixed_us_by_opcode.count("sort"), 0u);
+  EXPECT_DOUBLE_EQ(r.fixed_us_of("sort"), one.fixed_us);
+  // The slope through the times less each opcode's fixed cost.
+  double sxt = 0, sxx = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    sxt += s[i].first * (s[i].second - r.fixed_us_of(ops[i]) * 1e-6);
+    sxx += s[i].first * s[i].first;
+  }
+  EXPECT_NEAR(r.efficiency, sxx / sxt, 1e-9);
+  // A slice smaller than any timed (0.1 us of bytes, 10.1 us in all): within 15% per
+  // opcode, where the class's one fixed cost says under 1 us.
+  const double x = 1e-7, measured = 10e-6 + x / 0.8;
+  EXPECT_NEAR((r.fixed_us_of("slice") * 1e-6 + x / r.efficiency) / measured, 1, 0.15);
+  EXPECT_LT(one.fixed_us * 1e-6 + x / one.efficiency, 1e-6);
+}
+
 AttentionSample attention_sample(double rows, double visited, double seconds) {
   AttentionSample s;
   s.work.rows = rows, s.work.visited_pairs = visited;

@@ -68,7 +68,9 @@ TEST(Target, WriterAndParserAgree) {
   t.calibrated = "2026-12-02 by a test";
   t.rate(train::KernelKind::kFused).efficiency = 1.7;  // a CPU's cached kernels beat DRAM bandwidth
   t.bf16_rates = true;
-  for (train::KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 7.5};
+  for (train::KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 7.5, {}};
+  t.rate(train::KernelKind::kOther).fixed_us_by_opcode = {{"gather", 8.5}, {"sort", 47.75}};
+  t.kernels_bf16[static_cast<int>(train::KernelKind::kOther)].fixed_us_by_opcode = {{"slice", 11.25}};
   t.collectives_overlap = false;
   t.collective_in_step_f32 = 1.5;
   t.collective_in_step_bf16 = 2.5;
@@ -91,6 +93,10 @@ TEST(Target, WriterAndParserAgree) {
     EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/true).efficiency, 0.25) << kernel_class_key(k);
     EXPECT_DOUBLE_EQ(back->rate(k, /*bf16_step=*/false).efficiency, t.rate(k).efficiency) << kernel_class_key(k);
   }
+  EXPECT_EQ(back->rate(train::KernelKind::kOther).fixed_us_by_opcode, t.rate(train::KernelKind::kOther).fixed_us_by_opcode);
+  EXPECT_DOUBLE_EQ(back->rate(train::KernelKind::kOther, /*bf16_step=*/true).fixed_us_of("slice"), 11.25);
+  EXPECT_DOUBLE_EQ(back->rate(train::KernelKind::kOther, /*bf16_step=*/true).fixed_us_of("gather"), 7.5);
+  EXPECT_TRUE(back->rate(train::KernelKind::kFused).fixed_us_by_opcode.empty());
   EXPECT_FALSE(back->collectives_overlap);
   EXPECT_DOUBLE_EQ(back->collective_in_step(false), 1.5);
   EXPECT_DOUBLE_EQ(back->collective_in_step(true), 2.5);
@@ -137,7 +143,10 @@ TEST(Target, WriterAndParserAgree) {
            {"out_dtype: f32, batch: 2", "out_dtype: f16, batch: 2", "gemm_shapes[0].out_dtype"},
            {"efficiency: 0.625", "efficiency: 0", "gemm_sizes.products[1].efficiency"},
            {"bfloat16: 0.875", "bfloat16: nan", "gemm_sizes.in_step.bfloat16"},
-           {"bfloat16: 0.125", "bfloat16: -0.125", "collective_wait.bfloat16"}}) {
+           {"bfloat16: 0.125", "bfloat16: -0.125", "collective_wait.bfloat16"},
+           {"gather: 8.5", "gathr: 8.5", "kernels.other.fixed_us_by_opcode.gathr is not an opcode"},
+           {"sort: 47.75", "sort: -1", "kernels.other.fixed_us_by_opcode.sort"},
+           {"slice: 11.25", "slice: fast", "kernels_bf16.other.fixed_us_by_opcode.slice"}}) {
     const size_t at = text.find(from);
     ASSERT_NE(at, std::string::npos) << from << "\n" << text;
     Result<Target> bad = parse_target(std::string(text).replace(at, from.size(), to), "bad.yml");

@@ -112,6 +112,7 @@ class InstructionTimer : public backend::InstructionObserver {
 // One timed kernel, described while its executable is alive.
 struct TimedKernel {
   train::InstrInfo info;
+  std::string opcode;
   bool bf16 = false;
   std::string out_dtype;  // the result's ("f32", "bf16")
   double seconds = 0;
@@ -227,7 +228,8 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
     if (it == infos.end()) it = infos.emplace(s.instr, describe_kernel(*s.instr)).first;
     if (it->second) {
       timing.kernels.push_back(
-          {*it->second, computes_in_bf16(*s.instr), result_dtype(*s.instr), s.seconds,
+          {*it->second, std::string(ir::opcode_name(s.instr->opcode())), computes_in_bf16(*s.instr),
+           result_dtype(*s.instr), s.seconds,
            attention_work(*s.instr, kTileQ, kTileK)});
     }
   }
@@ -441,6 +443,20 @@ void fit_collectives(Target& t, const StepTiming (&steps)[2], const std::functio
                     bf16_step ? "bf16" : "f32", c.in_collectives_s, c.transfer_s, s.link_collective_s, factor, waited,
                     c.compute_before_s > 0 ? 100 * waited / c.compute_before_s : 0.0, c.compute_before_s, wait));
   }
+}
+
+// A class's rate from its kernels: the "other" class mixes opcodes (gathers, slices, sorts,
+// reshapes), so each opcode gets its own fixed cost; the other classes are one kind of kernel.
+KernelRate fit_rate(KernelKind kind, const std::vector<std::pair<double, double>>& samples,
+                    const std::vector<std::string>& opcodes) {
+  return kind == KernelKind::kOther ? fit_kernel_rate_by_opcode(samples, opcodes) : fit_kernel_rate(samples);
+}
+
+std::string describe_fixed_by_opcode(const KernelRate& r) {
+  if (r.fixed_us_by_opcode.empty()) return "";
+  std::vector<std::string> parts;
+  for (const auto& [opcode, us] : r.fixed_us_by_opcode) parts.push_back(fmt::format("{} {:.1f}", opcode, us));
+  return fmt::format(" ({} us per opcode)", fmt::join(parts, ", "));
 }
 
 }  // namespace
@@ -659,6 +675,29 @@ KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples
   return r;
 }
 
+KernelRate fit_kernel_rate_by_opcode(const std::vector<std::pair<double, double>>& samples,
+                                     const std::vector<std::string>& opcodes) {
+  KILN_CHECK_EQ(samples.size(), opcodes.size());
+  KernelRate r = fit_kernel_rate(samples);
+  std::map<std::string, std::pair<int, double>> least;  // opcode -> (kernels, least seconds)
+  for (size_t i = 0; i < samples.size(); ++i) {
+    auto [it, fresh] = least.try_emplace(opcodes[i], 0, samples[i].second);
+    ++it->second.first;
+    it->second.second = std::min(it->second.second, samples[i].second);
+  }
+  for (const auto& [opcode, entry] : least) {
+    if (entry.first >= 3) r.fixed_us_by_opcode[opcode] = std::max(0.0, entry.second) * 1e6;
+  }
+  double sxt = 0, sxx = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const auto& [x, t] = samples[i];
+    sxt += x * (t - r.fixed_us_of(opcodes[i]) * 1e-6);
+    sxx += x * x;
+  }
+  if (sxx > 0 && sxt > 0) r.efficiency = sxx / sxt;
+  return r;
+}
+
 Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const CalibrateOptions& options) {
   auto log = [&](const std::string& line) {
     if (options.log) options.log(line);
@@ -702,6 +741,7 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   // The step's own kernels, f32 and bf16: per class (roofline seconds, measured seconds).
   std::vector<std::pair<double, double>> per_class[static_cast<int>(KernelKind::kCount)];
   std::vector<std::pair<double, double>> per_class_bf16[static_cast<int>(KernelKind::kCount)];  // the bf16 step's
+  std::vector<std::string> opcodes[2][static_cast<int>(KernelKind::kCount)];  // per step dtype: each sample's
   double gap_s = 0;
   int64_t gap_instructions = 0;
   std::vector<TimedKernel> attention_in_step[2];  // the f32 and the bf16 step's attention kernels
@@ -725,6 +765,7 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
       auto& samples = bf16_step ? per_class_bf16 : per_class;
       samples[static_cast<int>(k.info.kind)].push_back(
           {roofline_seconds(unit, k.info.kind, k.info.flops, k.info.bytes, k.bf16), k.seconds});
+      opcodes[bf16_step][static_cast<int>(k.info.kind)].push_back(k.opcode);
     }
     gap_s += std::max(0.0, timing.wall_s - timing.inside_s);
     gap_instructions += timing.instructions;
@@ -741,9 +782,9 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
       r = t.rate(KernelKind::kGemm);
       continue;
     }
-    r = fit_kernel_rate(s);
-    log(fmt::format("{}: {} kernels timed, efficiency {:.3f}, fixed {:.1f} us", kernel_class_key(kind), s.size(),
-                    r.efficiency, r.fixed_us));
+    r = fit_rate(kind, s, opcodes[0][static_cast<int>(kind)]);
+    log(fmt::format("{}: {} kernels timed, efficiency {:.3f}, fixed {:.1f} us{}", kernel_class_key(kind), s.size(),
+                    r.efficiency, r.fixed_us, describe_fixed_by_opcode(r)));
   }
   // The bf16 step's kernels: their own rates (they convert, and on a CPU without bf16
   // instructions the products widen).
@@ -751,10 +792,10 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   for (KernelKind kind : kKernelClasses) {
     const auto& s = per_class_bf16[static_cast<int>(kind)];
     KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
-    r = s.empty() ? t.rate(kind) : fit_kernel_rate(s);
+    r = s.empty() ? t.rate(kind) : fit_rate(kind, s, opcodes[1][static_cast<int>(kind)]);
     if (!s.empty()) {
-      log(fmt::format("{} (bf16 step): {} kernels timed, efficiency {:.3f}, fixed {:.1f} us", kernel_class_key(kind), s.size(),
-                      r.efficiency, r.fixed_us));
+      log(fmt::format("{} (bf16 step): {} kernels timed, efficiency {:.3f}, fixed {:.1f} us{}", kernel_class_key(kind),
+                      s.size(), r.efficiency, r.fixed_us, describe_fixed_by_opcode(r)));
     }
   }
   for (auto& [key, entry] : gemm_shapes) {

@@ -116,5 +116,11 @@ CollectiveSplit split_collective_time(const std::vector<std::vector<TimedInstruc
 // fixed cost), the slope refitted when that caps it. Used by calibrate_cpu, exposed for its
 // tests.
 KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples);
+// For a class that mixes opcodes (the "other" class), opcodes[i] naming samples[i]'s: as
+// fit_kernel_rate, then each opcode with at least 3 samples gets its own fixed cost, the
+// least time any of its kernels took (a kernel takes at least its fixed cost), and the
+// efficiency is refitted through the origin on the times less those fixed costs.
+KernelRate fit_kernel_rate_by_opcode(const std::vector<std::pair<double, double>>& samples,
+                                     const std::vector<std::string>& opcodes);
 
 }  // namespace kiln::plan

@@ -108,9 +108,9 @@ std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr) {
 }
 
 double kernel_seconds(const Target& target, KernelKind kind, double flops, double bytes, bool bf16_kernel,
-                      bool bf16_step) {
+                      bool bf16_step, std::string_view opcode) {
   const KernelRate& r = target.rate(kind, bf16_step);
-  return r.fixed_us * 1e-6 + roofline_seconds(target, kind, flops, bytes, bf16_kernel) / r.efficiency;
+  return r.fixed_us_of(opcode) * 1e-6 + roofline_seconds(target, kind, flops, bytes, bf16_kernel) / r.efficiency;
 }
 
 double kernel_seconds(const Target& target, const ir::Instr& instr, const train::InstrInfo& info, double flops,
@@ -130,7 +130,8 @@ double kernel_seconds(const Target& target, const ir::Instr& instr, const train:
       }
     }
   }
-  return kernel_seconds(target, kind, flops, bytes, computes_in_bf16(instr), bf16_step);
+  return kernel_seconds(target, kind, flops, bytes, computes_in_bf16(instr), bf16_step,
+                        ir::opcode_name(instr.opcode()));
 }
 
 double roofline_seconds(const Target& target, KernelKind kind, double flops, double bytes, bool bf16) {

@@ -44,6 +44,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "kiln/config/mesh.h"
 #include "kiln/ir/instr.h"
@@ -103,8 +104,9 @@ std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr);
 // The seconds one kernel of class `kind` takes on `target` (flops, bytes as above), and its
 // roofline alone (efficiency 1, no fixed cost).
 // bf16_kernel picks the peak (the kernel's own dtype), bf16_step the rate (Target::rate).
+// opcode, when given, picks the class's fixed cost for that opcode (KernelRate::fixed_us_of).
 double kernel_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16_kernel,
-                      bool bf16_step);
+                      bool bf16_step, std::string_view opcode = {});
 double roofline_seconds(const Target& target, train::KernelKind kind, double flops, double bytes, bool bf16);
 // One instruction's seconds (`info` its describe_instruction, flops and bytes as predict_step
 // scales them): a GEMM at the efficiency of the target's nearest calibrated GEMM shape where

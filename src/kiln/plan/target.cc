@@ -11,6 +11,7 @@
 
 #include "kiln/backend/cpu/codegen/compile_cache.h"
 #include "kiln/config/config.h"
+#include "kiln/ir/opcode.h"
 
 namespace kiln::plan {
 namespace fs = std::filesystem;
@@ -49,6 +50,23 @@ Result<double> number(const YAML::Node& node, const std::string& key, const std:
                             allow_zero ? ">= 0" : "> 0");
   }
   return x;
+}
+
+// Reads a kernel class's optional fixed_us_by_opcode: a map of opcode -> us >= 0.
+Status fixed_by_opcode(const YAML::Node& k, const std::string& where, const std::string& path, KernelRate& r) {
+  const YAML::Node m = k["fixed_us_by_opcode"];
+  if (!m) return ok_status();
+  if (!m.IsMap()) return invalid_argument("{}: {}fixed_us_by_opcode must map opcodes to microseconds", where, path);
+  for (const auto& entry : m) {
+    const std::string opcode = entry.first.as<std::string>();
+    if (!ir::parse_opcode(opcode)) {
+      return invalid_argument("{}: {}fixed_us_by_opcode.{} is not an opcode (e.g. gather, slice, sort)", where, path,
+                              opcode);
+    }
+    KILN_ASSIGN_OR_RETURN(r.fixed_us_by_opcode[opcode],
+                          number(m, opcode, where, path + "fixed_us_by_opcode.", /*allow_zero=*/true));
+  }
+  return ok_status();
 }
 
 // Reads the optional per-step-dtype map `key` of `root` ({float32: x, bfloat16: y}) into f32
@@ -294,6 +312,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
     KernelRate& r = t.rate(kind);
     KILN_ASSIGN_OR_RETURN(r.efficiency, number(k, "efficiency", where, "kernels." + key + "."));
     KILN_ASSIGN_OR_RETURN(r.fixed_us, number(k, "fixed_us", where, "kernels." + key + ".", true));
+    KILN_RETURN_IF_ERROR(fixed_by_opcode(k, where, "kernels." + key + ".", r));
   }
   if (const YAML::Node bf16 = root["kernels_bf16"]) {
     if (!bf16.IsMap()) return invalid_argument("{}: kernels_bf16 is a map like kernels", where);
@@ -305,6 +324,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
       KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
       KILN_ASSIGN_OR_RETURN(r.efficiency, number(k, "efficiency", where, "kernels_bf16." + key + "."));
       KILN_ASSIGN_OR_RETURN(r.fixed_us, number(k, "fixed_us", where, "kernels_bf16." + key + ".", true));
+      KILN_RETURN_IF_ERROR(fixed_by_opcode(k, where, "kernels_bf16." + key + ".", r));
     }
   }
   KILN_ASSIGN_OR_RETURN(t.host_us_per_kernel, number(root, "host_us_per_kernel", where, "", true));
@@ -346,6 +366,22 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
   return t;
 }
 
+namespace {
+
+// One kernel class's rate as a flow map: {efficiency, fixed_us[, fixed_us_by_opcode]}.
+void emit_rate(YAML::Emitter& out, const KernelRate& r) {
+  out << YAML::Flow << YAML::BeginMap << YAML::Key << "efficiency" << YAML::Value << r.efficiency << YAML::Key
+      << "fixed_us" << YAML::Value << r.fixed_us;
+  if (!r.fixed_us_by_opcode.empty()) {
+    out << YAML::Key << "fixed_us_by_opcode" << YAML::Value << YAML::BeginMap;
+    for (const auto& [opcode, us] : r.fixed_us_by_opcode) out << YAML::Key << opcode << YAML::Value << us;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
 std::string target_to_yaml(const Target& t) {
   YAML::Emitter out;
   out.SetDoublePrecision(6);
@@ -370,18 +406,16 @@ std::string target_to_yaml(const Target& t) {
   out << YAML::Key << "devices_per_node" << YAML::Value << t.devices_per_node;
   out << YAML::Key << "kernels" << YAML::Value << YAML::BeginMap;
   for (train::KernelKind kind : kKernelClasses) {
-    out << YAML::Key << kernel_class_key(kind) << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key
-        << "efficiency" << YAML::Value << t.rate(kind).efficiency << YAML::Key << "fixed_us" << YAML::Value
-        << t.rate(kind).fixed_us << YAML::EndMap;
+    out << YAML::Key << kernel_class_key(kind) << YAML::Value;
+    emit_rate(out, t.rate(kind));
   }
   out << YAML::EndMap;
   if (t.bf16_rates) {
     out << YAML::Key << "kernels_bf16" << YAML::Value << YAML::BeginMap;
     for (train::KernelKind kind : kKernelClasses) {
       const KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
-      out << YAML::Key << kernel_class_key(kind) << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key
-          << "efficiency" << YAML::Value << r.efficiency << YAML::Key << "fixed_us" << YAML::Value << r.fixed_us
-          << YAML::EndMap;
+      out << YAML::Key << kernel_class_key(kind) << YAML::Value;
+      emit_rate(out, r);
     }
     out << YAML::EndMap;
   }

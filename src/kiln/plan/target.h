@@ -12,7 +12,8 @@
 //   kernels            per kernel class: efficiency (share of the dtype's peak for gemm,
 //                      grouped_matmul and attention; of memory bandwidth for fused and other)
 //                      and fixed_us, a cost every kernel of that class pays (a calibrated
-//                      CPU may exceed 1 on byte classes: small kernels run from cache)
+//                      CPU may exceed 1 on byte classes: small kernels run from cache), with
+//                      optional fixed_us_by_opcode overriding it per opcode
 //   host_us_per_kernel host time between two kernels that the device does not hide
 //   attention          optional (a calibrated CPU): flash attention timed by its visited
 //                      tiles instead of the attention class's roofline (see AttentionModel)
@@ -24,8 +25,10 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/base/status.h"
@@ -42,6 +45,15 @@ struct Link {
 struct KernelRate {
   double efficiency = 1;  // of the peak (FLOP classes) or of memory bandwidth (byte classes)
   double fixed_us = 0;    // per kernel
+  // Optional, per opcode (a calibrated CPU's "other" class): that opcode's own fixed cost,
+  // in place of fixed_us. The class mixes ops whose smallest kernels take 0.2 us (a reshape
+  // of one element) to 40 us (a sort), so no one fixed cost fits them all.
+  std::map<std::string, double> fixed_us_by_opcode;
+
+  double fixed_us_of(std::string_view opcode) const {
+    auto it = fixed_us_by_opcode.find(std::string(opcode));
+    return it != fixed_us_by_opcode.end() ? it->second : fixed_us;
+  }
 };
 
 // The kernel classes a target rates: train::KernelKind without kCollective.
