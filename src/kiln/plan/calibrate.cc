@@ -445,8 +445,9 @@ void fit_collectives(Target& t, const StepTiming (&steps)[2], const std::functio
   }
 }
 
-// A class's rate from its kernels: the "other" class mixes opcodes (gathers, slices, sorts,
-// reshapes), so each opcode gets its own fixed cost; the other classes are one kind of kernel.
+// A class's rate from its kernels: the "other" class mixes opcodes (broadcasts, gathers,
+// slices, pads, sorts), so each opcode gets its own fixed cost; the other classes are one
+// kind of kernel each.
 KernelRate fit_rate(KernelKind kind, const std::vector<std::pair<double, double>>& samples,
                     const std::vector<std::string>& opcodes) {
   return kind == KernelKind::kOther ? fit_kernel_rate_by_opcode(samples, opcodes) : fit_kernel_rate(samples);

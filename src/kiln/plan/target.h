@@ -46,8 +46,8 @@ struct KernelRate {
   double efficiency = 1;  // of the peak (FLOP classes) or of memory bandwidth (byte classes)
   double fixed_us = 0;    // per kernel
   // Optional, per opcode (a calibrated CPU's "other" class): that opcode's own fixed cost,
-  // in place of fixed_us. The class mixes ops whose smallest kernels take 0.2 us (a reshape
-  // of one element) to 40 us (a sort), so no one fixed cost fits them all.
+  // in place of fixed_us. The class mixes ops whose smallest kernels take 1-2 us (a
+  // broadcast) to 40 us (a sort), so no one fixed cost fits them all.
   std::map<std::string, double> fixed_us_by_opcode;
 
   double fixed_us_of(std::string_view opcode) const {
