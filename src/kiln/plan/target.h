@@ -25,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -48,10 +49,10 @@ struct KernelRate {
   // Optional, per opcode (a calibrated CPU's "other" class): that opcode's own fixed cost,
   // in place of fixed_us. The class mixes ops whose smallest kernels take 1-2 us (a
   // broadcast) to 40 us (a sort), so no one fixed cost fits them all.
-  std::map<std::string, double> fixed_us_by_opcode;
+  std::map<std::string, double, std::less<>> fixed_us_by_opcode;
 
   double fixed_us_of(std::string_view opcode) const {
-    auto it = fixed_us_by_opcode.find(std::string(opcode));
+    auto it = fixed_us_by_opcode.find(opcode);
     return it != fixed_us_by_opcode.end() ? it->second : fixed_us;
   }
 };
