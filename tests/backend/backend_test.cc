@@ -230,5 +230,45 @@ ENTRY computation @main {
   expect_close((*got)[0], (*want)[0], "chain");
 }
 
+// The loss gradient's one-hot: scatter_add of one update per row into zeros, then an
+// elementwise reader. Simplification turns it into select(iota == idx, u, 0), and the iota,
+// the compare and the select fuse into the reader: one generated kernel, no fill and no
+// scatter. Indices out of range (-2..-1 and 7..8 for 7 columns) add nothing either way.
+TEST(CpuBackend, AOneHotScatterBecomesOneFusedKernel) {
+  const char* text = R"(module @one_hot
+ENTRY computation @main {
+  %idx = s32[4,5,1] parameter(), index=0
+  %u = f32[4,5,1] parameter(), index=1
+  %p = f32[4,5,7] parameter(), index=2
+  %zero = f32[] constant(0)
+  %z = f32[4,5,7] broadcast(%zero), dims={}
+  %s = f32[4,5,7] scatter_add(%z, %idx, %u), axis=2, batch_dims=2
+  ROOT %r = f32[4,5,7] add(%s, %p)
+}
+)";
+  auto module = ir::parse_module(text);
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  CompileOptions options;
+  options.cache_dir = cache_dir();
+  auto exe = compile_cpu(**module, options);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  EXPECT_EQ((*exe)->report().fused_kernels, 1);
+  EXPECT_EQ((*exe)->report().library_kernels, 0);  // no broadcast fill, no scatter_add
+  EXPECT_EQ((*exe)->report().fallback_kernels, 0);
+  std::mt19937_64 rng(11);
+  for (int draw = 0; draw < 3; ++draw) {
+    std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kS32, {4, 5, 1}), rng, -2, 8),
+                                         testing::random_literal(ir::Shape(ir::DType::kF32, {4, 5, 1}), rng, -1, 1),
+                                         testing::random_literal(ir::Shape(ir::DType::kF32, {4, 5, 7}), rng, -1, 1)};
+    auto want = interp::run(**module, literals);
+    ASSERT_TRUE(want.ok());
+    std::vector<Buffer> args;
+    for (const ir::Literal& l : literals) args.push_back(Buffer::from_literal(l));
+    auto got = (*exe)->run(std::move(args));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    expect_close((*got)[0], (*want)[0], "one-hot");
+  }
+}
+
 }  // namespace
 }  // namespace kiln::backend

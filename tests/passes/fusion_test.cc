@@ -46,6 +46,47 @@ ENTRY computation @main {
 )", true);
 }
 
+// An integer iota over the loop dims joins as the loop index along its dim, copied like a
+// scalar broadcast (it stays while another op reads it); one over other dims does not.
+TEST(Fusion, AnIotaOverTheLoopDimsIsTheLoopIndex) {
+  FusionPass pass;
+  check_pass(pass, R"(module @iota
+
+ENTRY computation @main {
+  %i = s32[2,3] parameter(), index=0
+  %io = s32[2,3] iota(), dim=1
+  %hit = pred[2,3] compare(%io, %i), direction=eq
+  %x = f32[2,3] parameter(), index=1
+  %zero = f32[] constant(0)
+  %z = f32[2,3] broadcast(%zero), dims={}
+  %s = f32[2,3] select(%hit, %x, %z)
+  %small = s32[3] iota(), dim=0
+  ROOT %out = (f32[2,3], s32[2,3], s32[3]) tuple(%s, %io, %small)
+}
+)", R"(module @iota
+
+computation @fused.0 {
+  %iota.1 = s32[2,3] iota(), dim=1
+  %parameter.2 = s32[2,3] parameter(), index=0
+  %compare.3 = pred[2,3] compare(%iota.1, %parameter.2), direction=eq
+  %parameter.4 = f32[] parameter(), index=1
+  %broadcast.5 = f32[2,3] broadcast(%parameter.4), dims={}
+  %parameter.6 = f32[2,3] parameter(), index=2
+  ROOT %select.7 = f32[2,3] select(%compare.3, %parameter.6, %broadcast.5)
+}
+
+ENTRY computation @main {
+  %i = s32[2,3] parameter(), index=0
+  %io = s32[2,3] iota(), dim=1
+  %x = f32[2,3] parameter(), index=1
+  %zero = f32[] constant(0)
+  %small = s32[3] iota(), dim=0
+  %fusion.8 = f32[2,3] fusion(%i, %zero, %x), kind=loop, calls={@fused.0}
+  ROOT %out = (f32[2,3], s32[2,3], s32[3]) tuple(%fusion.8, %io, %small)
+}
+)", true);
+}
+
 // The transpose is also a matmul operand, so its copy is written anyway: it stays outside
 // (a strided read would save nothing). The broadcast is copied into the group and stays for
 // the matmul.

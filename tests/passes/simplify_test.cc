@@ -122,6 +122,64 @@ ENTRY computation @main {
              true);
 }
 
+// The loss gradient's one-hot (the adjoint of picking each row's label): scatter_add of one
+// update per row into zeros is a select against an iota along the axis, every operand
+// broadcast over it (their size-1 dims expand). The interpreter check covers indices out of
+// range, which add nothing either way.
+TEST(Simplify, AOneHotScatterIntoZerosIsASelect) {
+  SimplifyPass simplify;
+  check_pass(simplify, R"(module @m
+
+ENTRY computation @main {
+  %idx = s32[2,3,1] parameter(), index=0
+  %u = f32[2,3,1,4] parameter(), index=1
+  %zero = f32[] constant(0)
+  %z = f32[2,3,5,4] broadcast(%zero), dims={}
+  ROOT %s = f32[2,3,5,4] scatter_add(%z, %idx, %u), axis=2, batch_dims=2, name="loss.grad"
+}
+)",
+             R"(module @m
+
+ENTRY computation @main {
+  %idx = s32[2,3,1] parameter(), index=0
+  %u = f32[2,3,1,4] parameter(), index=1
+  %zero = f32[] constant(0)
+  %z = f32[2,3,5,4] broadcast(%zero), dims={}
+  %iota.0 = s32[2,3,5,4] iota(), dim=2, name="loss.grad"
+  %broadcast.1 = s32[2,3,5,4] broadcast(%idx), dims={0,1,2}, name="loss.grad"
+  %compare.2 = pred[2,3,5,4] compare(%iota.0, %broadcast.1), direction=eq, name="loss.grad"
+  %broadcast.3 = f32[2,3,5,4] broadcast(%u), dims={0,1,2,3}, name="loss.grad"
+  ROOT %select.4 = f32[2,3,5,4] select(%compare.2, %broadcast.3, %z), name="loss.grad"
+}
+)",
+             true);
+}
+
+// Kept: an operand that is not all zeros, two indices per row, and indices that are not
+// batched up to the axis (each would need a sum or a search, not one compare).
+TEST(Simplify, OtherScattersStay) {
+  const char* text = R"(module @m
+
+ENTRY computation @main {
+  %x = f32[2,5] parameter(), index=0
+  %i1 = s32[2,1] parameter(), index=1
+  %u1 = f32[2,1] parameter(), index=2
+  %a = f32[2,5] scatter_add(%x, %i1, %u1), axis=1, batch_dims=1
+  %zero = f32[] constant(0)
+  %z = f32[2,5] broadcast(%zero), dims={}
+  %i2 = s32[2,2] parameter(), index=3
+  %u2 = f32[2,2] parameter(), index=4
+  %b = f32[2,5] scatter_add(%z, %i2, %u2), axis=1, batch_dims=1
+  %i3 = s32[1] parameter(), index=5
+  %u3 = f32[2,1] parameter(), index=6
+  %c = f32[2,5] scatter_add(%z, %i3, %u3), axis=1
+  ROOT %out = (f32[2,5], f32[2,5], f32[2,5]) tuple(%a, %b, %c)
+}
+)";
+  SimplifyPass simplify;
+  check_pass(simplify, text, text, false);
+}
+
 TEST(Simplify, ReshapeChainsAndNoOpReshapes) {
   SimplifyPass simplify;
   check_pass(simplify, R"(module @m

@@ -95,6 +95,16 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
         g.members.push_back(o);
         continue;
       }
+      if (!single_op && is_fusible_iota(*o)) {
+        if (o->shape().dims() == loop_dims && std::string(g.kind) == "loop") {
+          in_group.insert(o);  // copied, like a scalar broadcast: the loop index is its value
+          g.members.push_back(o);
+        } else {
+          KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id()
+                       << ": an iota joins loop fusions over its own dims only";
+        }
+        continue;
+      }
       if (!single_op && is_mapped_read(*o) && !taken.count(o)) {
         // Joins as a load at another index; its operand stays outside (not grown through).
         std::string why;
@@ -162,7 +172,7 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
     // Members other than the root (whose metadata the fusion takes below) and copied
     // broadcasts (which may stay) are removed by the caller: their attributes and metadata
     // move instead of being copied (a 16-layer step outlines tens of thousands).
-    const bool dies = m != g.root && m->opcode() != Opcode::kBroadcast;
+    const bool dies = m != g.root && m->opcode() != Opcode::kBroadcast && m->opcode() != Opcode::kIota;
     Instr* copy = body->add(m->opcode(), m->shape(), std::move(operands), dies ? std::move(m->mutable_attrs()) : m->attrs());
     copy->mutable_meta() = dies ? std::move(m->mutable_meta()) : m->meta();
     inside[m] = copy;
@@ -185,6 +195,12 @@ bool is_mapped_read(const Instr& instr) {
   return instr.opcode() == Opcode::kBroadcast && instr.operand(0)->shape().rank() > 0;
 }
 
+bool is_fusible_iota(const Instr& instr) {
+  if (instr.opcode() != Opcode::kIota) return false;
+  const ir::DType d = instr.shape().dtype();
+  return d == ir::DType::kS32 || d == ir::DType::kU32;
+}
+
 Result<bool> FusionPass::run(ir::Module& module) {
   ir::Computation& comp = *module.entry();
   std::vector<Instr*> order = comp.post_order();
@@ -200,7 +216,8 @@ Result<bool> FusionPass::run(ir::Module& module) {
     Group g = grow(instr, taken, position, single_ops_);
     if (reduce_root && g.members.size() == 1) continue;  // nothing to fuse into it: a native reduction
     for (Instr* m : g.members) {
-      if (m->opcode() != Opcode::kBroadcast) taken.insert(m);  // broadcasts are copied into each group
+      // Broadcasts and iotas are copied into each group.
+      if (m->opcode() != Opcode::kBroadcast && m->opcode() != Opcode::kIota) taken.insert(m);
     }
     groups.push_back(std::move(g));
   }

@@ -24,6 +24,10 @@
 // reads does not join (its value would be needed at two indices). Input fusions read their
 // operands at the loop index only: no mapped reads there.
 //
+// An integer iota over a loop fusion's dims joins it too, copied into every group that reads
+// it like a scalar broadcast: its value is the loop index along its dim, which the kernel
+// has anyway (a one-hot compare against it never materializes the iota).
+//
 // Multi-output fusion (a producer that others also read, merged into its consumer) is a pass
 // of its own, run after this one: passes/multi_output_fusion.h. Not yet: reduction
 // epilogues, mapped reads of computed values (index maps through elementwise chains). See
@@ -38,6 +42,8 @@ namespace kiln::passes {
 // Whether `instr`, inside a loop fusion's body, reads its operand at another index: a
 // transpose, or a broadcast of a non-scalar (a scalar broadcast is the scalar itself).
 bool is_mapped_read(const ir::Instr& instr);
+// Whether `instr` is an iota a loop fusion computes from its loop index (s32 or u32).
+bool is_fusible_iota(const ir::Instr& instr);
 
 class FusionPass : public Pass {
  public:

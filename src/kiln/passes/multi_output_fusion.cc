@@ -166,7 +166,7 @@ const char* mapped_read_conflict(const Instr* producer, const Instr* consumer) {
   }
   if (kind(consumer) == "input") {
     for (const auto& i : producer->called()[0]->instructions()) {
-      if (is_mapped_read(*i)) return "an input fusion cannot take a transpose or broadcast";
+      if (is_mapped_read(*i) || is_fusible_iota(*i)) return "an input fusion cannot take a transpose, broadcast or iota";
     }
   }
   return nullptr;

@@ -207,6 +207,8 @@ class Simplifier {
       case Opcode::kReduceMin:
         if (instr->attrs().get_ints("dims").empty()) return existing(instr, x, "reduce over no dims");
         return nullptr;
+      case Opcode::kScatterAdd:
+        return one_hot(instr);
       case Opcode::kGetTupleElement:
         if (x->opcode() == Opcode::kTuple) {
           return existing(instr, x->operand(static_cast<int>(instr->attrs().get_int("index"))), "element of a tuple");
@@ -229,6 +231,36 @@ class Simplifier {
     Instr* inner = x->operand(0);
     if (is_identity(combined)) return existing(instr, inner, "transposes that cancel");
     return created(b_.transpose(inner, combined), "transpose(transpose(x))");
+  }
+
+  // scatter_add(x, idx, u), axis=a, batch_dims=a, with x all zeros and idx [d0..da-1, 1]:
+  // every row (b, r) of the result is 0 except at idx[b, 0] along a, where it is u[b, 0, r]
+  // (0 + u: the same value, but for the sign of a zero). An index out of range adds nothing,
+  // and equals no iota value either. x, idx and u broadcast over the axis (their size-1 dims
+  // expand), so the select and everything it reads fuse into the one-hot's readers: the MoE
+  // bench shape's loss gradient filled (7 ms) and scattered into (30-57 ms) an f32
+  // [8,256,32000] array every step.
+  Instr* one_hot(Instr* instr) {
+    Instr* x = instr->operand(0);
+    Instr* idx = instr->operand(1);
+    Instr* updates = instr->operand(2);
+    const int64_t axis = instr->attrs().get_int("axis");
+    if (!is_splat_of(x, 0) || instr->attrs().get_int_or("batch_dims", 0) != axis) return nullptr;
+    if (idx->shape().rank() != axis + 1 || idx->shape().dim(static_cast<int>(axis)) != 1) return nullptr;
+    const std::vector<int64_t>& dims = x->shape().dims();
+    Ints idx_dims, all_dims;
+    for (int64_t d = 0; d <= axis; ++d) idx_dims.push_back(d);
+    for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) all_dims.push_back(d);
+    Instr* iota = b_.iota(ir::Shape(idx->shape().dtype(), dims), axis);
+    Instr* at = b_.broadcast(idx, dims, idx_dims);
+    Instr* hit = b_.compare(iota, at, "eq");
+    Instr* value = b_.broadcast(updates, dims, all_dims);
+    for (Instr* made : {iota, at, hit, value}) {
+      made->mutable_meta().name = instr->meta().name;
+      made->mutable_meta().loc = instr->meta().loc;
+      created_.push_back(made);
+    }
+    return created(b_.select(hit, value, x), "one-hot scatter_add -> select(iota == idx, u, 0)");
   }
 
   Instr* simplify_broadcast(Instr* instr) {

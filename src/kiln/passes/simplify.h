@@ -10,6 +10,9 @@
 //   broadcast(broadcast(x)) -> one broadcast; identity broadcast -> x
 //   slice covering the whole operand, pad by nothing, concatenate of one operand,
 //   reduce over no dims -> x            get_tuple_element(tuple(a, b), 1) -> b
+//   scatter_add(0, idx, u) with one index per row (a one-hot: the gradient of picking one
+//     element per row, as the loss picks each label's logit) -> select(iota == idx, u, 0),
+//     which fuses into its readers instead of filling and scattering a whole array
 // x+0 -> x is exact except that -0 + +0 is +0: like XLA, we accept the sign of a zero.
 //
 // Constant folding: an instruction whose operands are all constants is evaluated with its
