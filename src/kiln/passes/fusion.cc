@@ -40,6 +40,10 @@ bool is_elementwise(const Instr* i) {
   return !i->shape().is_tuple() && ops::op_def(i->opcode()).elementwise;
 }
 
+// Broadcasts and fusible iotas are copied into every group that reads them (an outside
+// copy stays while another op reads it): they are neither taken by one group nor moved.
+bool copied_into_groups(const Instr* i) { return i->opcode() == Opcode::kBroadcast || i->opcode() == Opcode::kIota; }
+
 // A broadcast of a scalar: reading it costs nothing inside a loop, so groups may copy it.
 bool is_scalar_broadcast(const Instr* i) {
   return i->opcode() == Opcode::kBroadcast && i->operand(0)->shape().rank() == 0;
@@ -172,7 +176,7 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
     // Members other than the root (whose metadata the fusion takes below) and copied
     // broadcasts (which may stay) are removed by the caller: their attributes and metadata
     // move instead of being copied (a 16-layer step outlines tens of thousands).
-    const bool dies = m != g.root && m->opcode() != Opcode::kBroadcast && m->opcode() != Opcode::kIota;
+    const bool dies = m != g.root && !copied_into_groups(m);
     Instr* copy = body->add(m->opcode(), m->shape(), std::move(operands), dies ? std::move(m->mutable_attrs()) : m->attrs());
     copy->mutable_meta() = dies ? std::move(m->mutable_meta()) : m->meta();
     inside[m] = copy;
@@ -216,8 +220,7 @@ Result<bool> FusionPass::run(ir::Module& module) {
     Group g = grow(instr, taken, position, single_ops_);
     if (reduce_root && g.members.size() == 1) continue;  // nothing to fuse into it: a native reduction
     for (Instr* m : g.members) {
-      // Broadcasts and iotas are copied into each group.
-      if (m->opcode() != Opcode::kBroadcast && m->opcode() != Opcode::kIota) taken.insert(m);
+      if (!copied_into_groups(m)) taken.insert(m);
     }
     groups.push_back(std::move(g));
   }

@@ -682,7 +682,7 @@ KernelRate fit_kernel_rate_by_opcode(const std::vector<std::pair<double, double>
   KernelRate r = fit_kernel_rate(samples);
   std::map<std::string, std::pair<int, double>> least;  // opcode -> (kernels, least seconds)
   for (size_t i = 0; i < samples.size(); ++i) {
-    auto [it, fresh] = least.try_emplace(opcodes[i], 0, samples[i].second);
+    auto it = least.try_emplace(opcodes[i], 0, samples[i].second).first;
     ++it->second.first;
     it->second.second = std::min(it->second.second, samples[i].second);
   }

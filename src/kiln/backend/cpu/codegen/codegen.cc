@@ -136,14 +136,11 @@ Body elemental(const ir::Computation& body) {
                               load(d, fmt::format("in{}[map{}]", p->attrs().get_int("index"), out.maps.size())));
       out.maps.push_back(mapped_read_strides(*i));
     } else if (i->opcode() == Opcode::kIota) {
-      // Its value is the loop index along its dim: the offset of a map that steps 1 along
-      // that dim and 0 along the others.
+      // Its value is the loop index along its dim: a map's offset (index_map.h).
       KILN_CHECK(passes::is_fusible_iota(*i) && i->shape().dims() == loop_dims)
           << "a fused iota is an integer over the loop dims: " << i->to_string();
-      std::vector<int64_t> strides(loop_dims.size(), 0);
-      strides.at(static_cast<size_t>(i->attrs().get_int("dim"))) = 1;
       out.loop += fmt::format("    const {0} {1} = static_cast<{0}>(map{2});\n", compute_type(d), v, out.maps.size());
-      out.maps.push_back(std::move(strides));
+      out.maps.push_back(iota_strides(*i));
     } else if (i->opcode() == Opcode::kBroadcast) {
       KILN_CHECK_EQ(i->operand(0)->shape().rank(), 0) << "only scalar broadcasts fuse: " << i->to_string();
       var[i] = var.at(i->operand(0));

@@ -29,6 +29,13 @@ std::vector<int64_t> mapped_read_strides(const Instr& read) {
   return strides;
 }
 
+std::vector<int64_t> iota_strides(const Instr& iota) {
+  KILN_CHECK(iota.opcode() == Opcode::kIota) << "not an iota: " << iota.to_string();
+  std::vector<int64_t> strides(iota.shape().rank(), 0);
+  strides.at(static_cast<size_t>(iota.attrs().get_int("dim"))) = 1;
+  return strides;
+}
+
 std::string row_loop_kernel(const std::string& name, const std::string& hoisted, const std::string& pointers,
                             const std::string& loop, const std::string& stores,
                             const std::vector<int64_t>& loop_dims, const std::vector<std::vector<int64_t>>& maps) {

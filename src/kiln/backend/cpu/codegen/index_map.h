@@ -29,6 +29,9 @@ namespace kiln::backend::cpu {
 // Per loop dim, the element stride into the operand of `read` (a transpose or broadcast
 // whose result has the loop dims).
 std::vector<int64_t> mapped_read_strides(const ir::Instr& read);
+// Per loop dim, the strides whose offset is a fused iota's value: 1 along its dim, 0 along the
+// others (the iota's dims are the loop dims).
+std::vector<int64_t> iota_strides(const ir::Instr& iota);
 
 // A loop kernel over `loop_dims` whose statements (`hoisted` before the loop; `loop` and
 // `stores` inside it, indexing outputs and same-shape inputs with `idx`) read mapped operands
