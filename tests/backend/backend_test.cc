@@ -270,5 +270,46 @@ ENTRY computation @main {
   }
 }
 
+// Slices read inside loop fusions at their windows: RoPE's halves along the last dim (offset
+// into each row), a window along a middle dim, and a strided slice. No slice kernel runs,
+// and the results equal the interpreter's.
+TEST(CpuBackend, FusedSlicesReadTheirWindows) {
+  const char* text = R"(module @windows
+ENTRY computation @main {
+  %x = f32[3,5,8] parameter(), index=0
+  %c = f32[3,5,4] parameter(), index=1
+  %a = f32[3,5,4] slice(%x), limit={3,5,4}, start={0,0,0}
+  %b = f32[3,5,4] slice(%x), limit={3,5,8}, start={0,0,4}
+  %ac = f32[3,5,4] mul(%a, %c)
+  %r1 = f32[3,5,4] sub(%ac, %b)
+  %mid = f32[3,2,4] slice(%x), limit={3,4,8}, start={0,2,4}
+  %r2 = f32[3,2,4] exp(%mid)
+  %odd = f32[2,3,4] slice(%x), limit={3,5,8}, start={1,0,1}, strides={1,2,2}
+  %r3 = f32[2,3,4] neg(%odd)
+  ROOT %out = (f32[3,5,4], f32[3,2,4], f32[2,3,4]) tuple(%r1, %r2, %r3)
+}
+)";
+  auto module = ir::parse_module(text);
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  CompileOptions options;
+  options.cache_dir = cache_dir();
+  auto exe = compile_cpu(**module, options);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  EXPECT_EQ((*exe)->report().fused_kernels, 3);
+  EXPECT_EQ((*exe)->report().library_kernels, 0);  // no slice kernel
+  EXPECT_EQ((*exe)->report().fallback_kernels, 0);
+  std::mt19937_64 rng(13);
+  std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 8}), rng, -1, 1),
+                                       testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 4}), rng, -1, 1)};
+  auto want = interp::run(**module, literals);
+  ASSERT_TRUE(want.ok());
+  std::vector<Buffer> args;
+  for (const ir::Literal& l : literals) args.push_back(Buffer::from_literal(l));
+  auto got = (*exe)->run(std::move(args));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], fmt::format("slice output {}", i));
+}
+
 }  // namespace
 }  // namespace kiln::backend

@@ -262,6 +262,35 @@ TEST(Slice, DimMapKeepsWholeDimsAndCostReadsOnlyTheWindow) {
   EXPECT_EQ(cost.bytes_written, 4 * 3 * 4);
 }
 
+// A loop fusion that reads an operand only through slices (fusion.h: mapped reads) reads
+// the windows: here one quarter of %x, and %y whole, at most once however many slices read it.
+TEST(Slice, AFusionReadsOnlyTheWindowsOfASlicedOperand) {
+  auto m = ir::parse_module(R"(module @t
+
+computation @body {
+  %px = f32[4,8] parameter(), index=0
+  %py = f32[4,4] parameter(), index=1
+  %a = f32[4,2] slice(%px), limit={4,2}, start={0,0}
+  %lo = f32[4,2] slice(%py), limit={4,2}, start={0,0}
+  %hi = f32[4,2] slice(%py), limit={4,4}, start={0,2}
+  %again = f32[4,2] slice(%py), limit={4,4}, start={0,2}
+  %s = f32[4,2] add(%lo, %hi)
+  %t = f32[4,2] add(%s, %again)
+  ROOT %r = f32[4,2] mul(%a, %t)
+}
+
+ENTRY computation @main {
+  %x = f32[4,8] parameter(), index=0
+  %y = f32[4,4] parameter(), index=1
+  ROOT %f = f32[4,2] fusion(%x, %y), kind=loop, calls={@body}
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ops::Cost cost = ops::cost_of(*(*m)->entry()->root());
+  EXPECT_EQ(cost.bytes_read, 4 * 2 * 4 + 4 * 4 * 4);
+  EXPECT_EQ(cost.bytes_written, 4 * 2 * 4);
+}
+
 // ---- pad ----
 
 constexpr const char* kInteriorPad =

@@ -1,6 +1,6 @@
 // fusion: IR text in, IR text out (pass_testing.h checks the printed result, verification,
 // the text round trip, equal interpreter outputs and the fixed point). These cases pin down
-// mapped reads: transposes and broadcasts of any rank inside loop fusions.
+// mapped reads: transposes, broadcasts and slices of any rank inside loop fusions.
 #include "kiln/passes/fusion.h"
 
 #include "tests/passes/pass_testing.h"
@@ -83,6 +83,118 @@ ENTRY computation @main {
   %small = s32[3] iota(), dim=0
   %fusion.8 = f32[2,3] fusion(%i, %zero, %x), kind=loop, calls={@fused.0}
   ROOT %out = (f32[2,3], s32[2,3], s32[3]) tuple(%fusion.8, %io, %small)
+}
+)", true);
+}
+
+// RoPE's rotation of halves: both slices are copied into both groups that read them (each
+// reads its window of %x at an offset), so neither half is written. The strided slice is
+// also read by the concatenate, which is not fused: it is written anyway, and the negation's
+// group reads it whole.
+TEST(Fusion, SlicesAreCopiedIntoEveryGroupThatReadsThem) {
+  FusionPass pass;
+  check_pass(pass, R"(module @halves
+
+ENTRY computation @main {
+  %x = f32[2,4] parameter(), index=0
+  %cos = f32[2,2] parameter(), index=1
+  %sin = f32[2,2] parameter(), index=2
+  %a = f32[2,2] slice(%x), limit={2,2}, start={0,0}
+  %b = f32[2,2] slice(%x), limit={2,4}, start={0,2}
+  %ac = f32[2,2] mul(%a, %cos)
+  %bs = f32[2,2] mul(%b, %sin)
+  %r1 = f32[2,2] sub(%ac, %bs)
+  %bc = f32[2,2] mul(%b, %cos)
+  %as = f32[2,2] mul(%a, %sin)
+  %r2 = f32[2,2] add(%bc, %as)
+  %odd = f32[2,2] slice(%x), limit={2,4}, start={0,1}, strides={1,2}
+  %n = f32[2,2] neg(%odd)
+  %cat = f32[2,4] concatenate(%odd, %n), dim=1
+  ROOT %out = (f32[2,2], f32[2,2], f32[2,4]) tuple(%r1, %r2, %cat)
+}
+)", R"(module @halves
+
+computation @fused.0 {
+  %parameter.1 = f32[2,2] parameter(), index=0
+  ROOT %neg.2 = f32[2,2] neg(%parameter.1)
+}
+
+computation @fused.4 {
+  %parameter.5 = f32[2,4] parameter(), index=0
+  %slice.6 = f32[2,2] slice(%parameter.5), limit={2,2}, start={0,0}
+  %slice.7 = f32[2,2] slice(%parameter.5), limit={2,4}, start={0,2}
+  %parameter.8 = f32[2,2] parameter(), index=1
+  %mul.9 = f32[2,2] mul(%slice.7, %parameter.8)
+  %parameter.10 = f32[2,2] parameter(), index=2
+  %mul.11 = f32[2,2] mul(%slice.6, %parameter.10)
+  ROOT %add.12 = f32[2,2] add(%mul.9, %mul.11)
+}
+
+computation @fused.14 {
+  %parameter.15 = f32[2,4] parameter(), index=0
+  %slice.16 = f32[2,2] slice(%parameter.15), limit={2,2}, start={0,0}
+  %slice.17 = f32[2,2] slice(%parameter.15), limit={2,4}, start={0,2}
+  %parameter.18 = f32[2,2] parameter(), index=1
+  %mul.19 = f32[2,2] mul(%slice.16, %parameter.18)
+  %parameter.20 = f32[2,2] parameter(), index=2
+  %mul.21 = f32[2,2] mul(%slice.17, %parameter.20)
+  ROOT %sub.22 = f32[2,2] sub(%mul.19, %mul.21)
+}
+
+ENTRY computation @main {
+  %x = f32[2,4] parameter(), index=0
+  %cos = f32[2,2] parameter(), index=1
+  %sin = f32[2,2] parameter(), index=2
+  %odd = f32[2,2] slice(%x), limit={2,4}, start={0,1}, strides={1,2}
+  %fusion.3 = f32[2,2] fusion(%odd), kind=loop, calls={@fused.0}
+  %cat = f32[2,4] concatenate(%odd, %fusion.3), dim=1
+  %fusion.23 = f32[2,2] fusion(%x, %cos, %sin), kind=loop, calls={@fused.14}
+  %fusion.13 = f32[2,2] fusion(%x, %cos, %sin), kind=loop, calls={@fused.4}
+  ROOT %out = (f32[2,2], f32[2,2], f32[2,4]) tuple(%fusion.23, %fusion.13, %cat)
+}
+)", true);
+}
+
+// Gradient clipping of a replicated parameter's slice of a combined all-reduce: the sum of
+// squares is an input fusion, which takes no mapped read, so the slice is written anyway;
+// the scaling's group then reads it whole too (and multi-output fusion may merge it into a
+// reader of the slice).
+TEST(Fusion, ASliceThatAnInputFusionReadsStaysAKernel) {
+  FusionPass pass;
+  check_pass(pass, R"(module @clip
+
+ENTRY computation @main {
+  %all = f32[12] parameter(), index=0
+  %scale = f32[] parameter(), index=1
+  %g = f32[4] slice(%all), limit={8}, start={4}
+  %sq = f32[4] mul(%g, %g)
+  %norm = f32[] reduce_sum(%sq), dims={0}
+  %s = f32[4] broadcast(%scale), dims={}
+  %clipped = f32[4] mul(%g, %s)
+  ROOT %out = (f32[], f32[4]) tuple(%norm, %clipped)
+}
+)", R"(module @clip
+
+computation @fused.0 {
+  %parameter.1 = f32[] parameter(), index=0
+  %broadcast.2 = f32[4] broadcast(%parameter.1), dims={}
+  %parameter.3 = f32[4] parameter(), index=1
+  ROOT %mul.4 = f32[4] mul(%parameter.3, %broadcast.2)
+}
+
+computation @fused.6 {
+  %parameter.7 = f32[4] parameter(), index=0
+  %mul.8 = f32[4] mul(%parameter.7, %parameter.7)
+  ROOT %reduce_sum.9 = f32[] reduce_sum(%mul.8), dims={0}
+}
+
+ENTRY computation @main {
+  %all = f32[12] parameter(), index=0
+  %scale = f32[] parameter(), index=1
+  %g = f32[4] slice(%all), limit={8}, start={4}
+  %fusion.10 = f32[] fusion(%g), kind=input, calls={@fused.6}
+  %fusion.5 = f32[4] fusion(%scale, %g), kind=loop, calls={@fused.0}
+  ROOT %out = (f32[], f32[4]) tuple(%fusion.10, %fusion.5)
 }
 )", true);
 }

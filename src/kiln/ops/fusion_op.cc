@@ -6,6 +6,7 @@
 // a tuple of arrays (passes/multi_output_fusion.h): for kind=input the first is the
 // reduction and the others are values over the reduction's input dims.
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "kiln/base/check.h"
@@ -34,11 +35,28 @@ ir::Literal eval_fusion(const Instr& instr, std::span<const ir::Literal* const> 
   return values.at(body.root());
 }
 
+// Whether the fused body reads `param` only through slices, and then the bytes of the
+// windows it reads (at most the whole operand: RoPE's two halves are the operand once).
+std::optional<double> sliced_read_bytes(const Instr& param, double operand_bytes) {
+  if (param.users().empty()) return std::nullopt;
+  double bytes = 0;
+  for (const Instr* u : param.users()) {
+    if (u->opcode() != Opcode::kSlice) return std::nullopt;
+    bytes += static_cast<double>(u->shape().byte_size());
+  }
+  return std::min(bytes, operand_bytes);
+}
+
 Cost fusion_cost(const Instr& instr) {
   // Arithmetic of the body; memory traffic of the fusion's own operands and result only
-  // (that is the point of fusing).
+  // (that is the point of fusing), and of an operand read through slices only its windows.
   Cost c = internal::memory_cost(instr);
-  for (const auto& i : instr.called()[0]->instructions()) {
+  const ir::Computation& body = *instr.called()[0];
+  for (int i = 0; i < instr.num_operands(); ++i) {
+    const double operand = static_cast<double>(instr.operand(i)->shape().byte_size());
+    if (std::optional<double> read = sliced_read_bytes(*body.param(i), operand)) c.bytes_read -= operand - *read;
+  }
+  for (const auto& i : body.instructions()) {
     Cost inner = op_def(i->opcode()).cost(*i);
     c.flops += inner.flops;
     c.transcendentals += inner.transcendentals;
@@ -53,10 +71,11 @@ std::vector<std::vector<int>> fusion_dim_map(const Instr& instr) {
   if (instr.attrs().get_string("kind") != "loop") return out;
   const ir::Computation& body = *instr.called()[0];
   for (int i = 0; i < instr.num_operands(); ++i) {
-    // A parameter a transpose or broadcast reads (a mapped read) is read at other indices.
+    // A parameter a transpose, slice or broadcast reads (a mapped read) is read at other indices.
     const auto& users = body.param(i)->users();
     bool mapped = std::any_of(users.begin(), users.end(), [](const Instr* u) {
-      return u->opcode() == Opcode::kTranspose || (u->opcode() == Opcode::kBroadcast && u->operand(0)->shape().rank() > 0);
+      return u->opcode() == Opcode::kTranspose || u->opcode() == Opcode::kSlice ||
+             (u->opcode() == Opcode::kBroadcast && u->operand(0)->shape().rank() > 0);
     });
     if (!mapped && instr.operand(i)->shape().dims() == instr.shape().dims()) {
       for (size_t d = 0; d < out[i].size(); ++d) out[i][d] = static_cast<int>(d);

@@ -22,6 +22,12 @@ int64_t mapped_read_saving(const Instr* o, const std::unordered_set<const Instr*
   const int64_t operand = o->operand(0)->shape().num_elements() * ir::dtype_size(o->operand(0)->shape().dtype());
   const bool all_inside =
       std::all_of(o->users().begin(), o->users().end(), [&](const Instr* u) { return in_group.count(u) > 0; });
+  if (o->opcode() == Opcode::kSlice) {
+    // Copied into every group that reads it: each reads the window of the operand instead of
+    // the slice (the same elements), and once no unfused op reads the slice it is neither
+    // written nor read back.
+    return out;
+  }
   if (o->opcode() == Opcode::kTranspose) {
     if (!all_inside) {
       *why = "a transpose used outside the group is written anyway; a strided read of its operand saves nothing";
@@ -40,9 +46,12 @@ bool is_elementwise(const Instr* i) {
   return !i->shape().is_tuple() && ops::op_def(i->opcode()).elementwise;
 }
 
-// Broadcasts and fusible iotas are copied into every group that reads them (an outside
-// copy stays while another op reads it): they are neither taken by one group nor moved.
-bool copied_into_groups(const Instr* i) { return i->opcode() == Opcode::kBroadcast || i->opcode() == Opcode::kIota; }
+// Broadcasts, slices and fusible iotas are copied into every group that reads them (an
+// outside copy stays while another op reads it): they are neither taken by one group nor
+// moved.
+bool copied_into_groups(const Instr* i) {
+  return i->opcode() == Opcode::kBroadcast || i->opcode() == Opcode::kSlice || i->opcode() == Opcode::kIota;
+}
 
 // A broadcast of a scalar: reading it costs nothing inside a loop, so groups may copy it.
 bool is_scalar_broadcast(const Instr* i) {
@@ -144,7 +153,7 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
       }
       if (std::any_of(o->users().begin(), o->users().end(), [](const Instr* u) { return is_mapped_read(*u); })) {
         KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id()
-                     << ": a transpose or broadcast reads it (it would be needed at two indices)";
+                     << ": a transpose, broadcast or slice reads it (it would be needed at two indices)";
         continue;
       }
       if (of_another_stage(o, group_stage)) {
@@ -160,6 +169,36 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
   std::sort(g.members.begin(), g.members.end(),
             [&](const Instr* a, const Instr* b) { return position.at(a) < position.at(b); });
   return g;
+}
+
+// A slice copied into groups saves its kernel only when every reader copied it. When some
+// reader did not (a reduction's input fusion, a concatenate, a matmul), the slice is written
+// anyway: the groups that copied it read it whole instead, as they would without it, so that
+// multi-output fusion may still merge them into such a reader (an input fusion takes no
+// mapped read; the gradient clipping's sum of squares and its scaling, on replicated
+// parameters' slices of a combined all-reduce).
+void drop_slices_written_anyway(std::vector<Group>& groups) {
+  std::unordered_map<const Instr*, std::vector<size_t>> copies;  // slice -> groups that copied it
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const Instr* m : groups[g].members) {
+      if (m->opcode() == Opcode::kSlice) copies[m].push_back(g);
+    }
+  }
+  if (copies.empty()) return;
+  std::vector<std::unordered_set<const Instr*>> members(groups.size());
+  for (const auto& [slice, in] : copies) {
+    for (size_t g : in) {
+      if (members[g].empty()) members[g].insert(groups[g].members.begin(), groups[g].members.end());
+    }
+  }
+  for (const auto& [slice, in] : copies) {
+    const bool every_reader_copied = std::all_of(slice->users().begin(), slice->users().end(), [&](const Instr* u) {
+      return std::any_of(in.begin(), in.end(), [&](size_t g) { return members[g].count(u) > 0; });
+    });
+    if (every_reader_copied) continue;
+    KILN_VLOG(2) << "fusion: %" << slice->id() << " stays a kernel: a reader outside the groups reads it";
+    for (size_t g : in) std::erase(groups[g].members, slice);
+  }
 }
 
 // Moves the group into a new computation and replaces its root by one fusion instruction
@@ -196,6 +235,7 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
 
 bool is_mapped_read(const Instr& instr) {
   if (instr.opcode() == Opcode::kTranspose) return true;
+  if (instr.opcode() == Opcode::kSlice) return instr.shape().rank() > 0;
   return instr.opcode() == Opcode::kBroadcast && instr.operand(0)->shape().rank() > 0;
 }
 
@@ -224,6 +264,7 @@ Result<bool> FusionPass::run(ir::Module& module) {
     }
     groups.push_back(std::move(g));
   }
+  drop_slices_written_anyway(groups);
   for (const Group& g : groups) outline(module, comp, g);
   // The outlined members die together, in one sweep over the computation (removing them
   // group by group rescans the whole list each time: quadratic in a 16-layer step). A copied

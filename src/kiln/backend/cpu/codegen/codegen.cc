@@ -68,7 +68,7 @@ struct Body {
   std::vector<DType> result_types;
   const Instr* reduce = nullptr;     // an input fusion's reduction (its first output)
   std::string reduced;               // the value it reduces
-  std::vector<std::vector<int64_t>> maps;  // per mapped read `map<n>`: strides per loop dim
+  std::vector<IndexMap> maps;  // per mapped read `map<n>`
 };
 
 bool is_reduce(const Instr* i) {
@@ -112,7 +112,7 @@ Body elemental(const ir::Computation& body) {
       if (i->shape().rank() == 0 && !loop_dims.empty()) {
         out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[0]"));
       } else if (i->shape().dims() != loop_dims) {
-        // Read only through index maps (transposes, broadcasts): `map<n>` below.
+        // Read only through index maps (transposes, broadcasts, slices): `map<n>` below.
         for (const Instr* u : i->users()) {
           KILN_CHECK(passes::is_mapped_read(*u)) << "loop fusion parameter " << i->to_string() << " read by " << u->to_string();
         }
@@ -127,20 +127,20 @@ Body elemental(const ir::Computation& body) {
       KILN_CHECK_EQ(i->shape().num_elements(), 1) << "non-scalar constant in a loop fusion";
       out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, literal(d, i->literal().at(0)));
     } else if (passes::is_mapped_read(*i)) {
-      // A transpose or broadcast of a parameter: a load at another index, which the loop
-      // plan computes as `map<n>`.
+      // A transpose, broadcast or slice of a parameter: a load at another index, which the
+      // loop plan computes as `map<n>`.
       const Instr* p = i->operand(0);
       KILN_CHECK(p->opcode() == Opcode::kParameter && i->shape().dims() == loop_dims)
-          << "a fused transpose or broadcast reads a parameter over the loop dims: " << i->to_string();
+          << "a fused transpose, broadcast or slice reads a parameter over the loop dims: " << i->to_string();
       out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v,
                               load(d, fmt::format("in{}[map{}]", p->attrs().get_int("index"), out.maps.size())));
-      out.maps.push_back(mapped_read_strides(*i));
+      out.maps.push_back(mapped_read_map(*i));
     } else if (i->opcode() == Opcode::kIota) {
       // Its value is the loop index along its dim: a map's offset (index_map.h).
       KILN_CHECK(passes::is_fusible_iota(*i) && i->shape().dims() == loop_dims)
           << "a fused iota is an integer over the loop dims: " << i->to_string();
       out.loop += fmt::format("    const {0} {1} = static_cast<{0}>(map{2});\n", compute_type(d), v, out.maps.size());
-      out.maps.push_back(iota_strides(*i));
+      out.maps.push_back(iota_map(*i));
     } else if (i->opcode() == Opcode::kBroadcast) {
       KILN_CHECK_EQ(i->operand(0)->shape().rank(), 0) << "only scalar broadcasts fuse: " << i->to_string();
       var[i] = var.at(i->operand(0));

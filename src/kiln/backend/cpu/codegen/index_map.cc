@@ -10,42 +10,50 @@ namespace kiln::backend::cpu {
 using ir::Instr;
 using ir::Opcode;
 
-std::vector<int64_t> mapped_read_strides(const Instr& read) {
+IndexMap mapped_read_map(const Instr& read) {
   const auto& from = read.operand(0)->shape().dims();
   // The operand's own row-major strides.
   std::vector<int64_t> own(from.size(), 1);
   for (int d = static_cast<int>(from.size()) - 2; d >= 0; --d) own[d] = own[d + 1] * from[d + 1];
-  std::vector<int64_t> strides(read.shape().rank(), 0);
+  IndexMap map{std::vector<int64_t>(read.shape().rank(), 0)};
   if (read.opcode() == Opcode::kTranspose) {
     // Result dim d is operand dim perm[d].
     const auto& perm = read.attrs().get_ints("perm");
-    for (size_t d = 0; d < perm.size(); ++d) strides[d] = own[perm[d]];
+    for (size_t d = 0; d < perm.size(); ++d) map.strides[d] = own[perm[d]];
+  } else if (read.opcode() == Opcode::kSlice) {
+    // Result index i_d is operand index start[d] + i_d * step[d].
+    const auto& start = read.attrs().get_ints("start");
+    const std::vector<int64_t> steps = read.attrs().get_ints_or("strides", std::vector<int64_t>(from.size(), 1));
+    for (size_t d = 0; d < from.size(); ++d) {
+      map.strides[d] = own[d] * steps[d];
+      map.offset += start[d] * own[d];
+    }
   } else {
     KILN_CHECK(read.opcode() == Opcode::kBroadcast) << "not a mapped read: " << read.to_string();
     // Operand dim k is result dim dims[k]; a size-1 operand dim is expanded (stride 0).
     const auto& dims = read.attrs().get_ints("dims");
-    for (size_t k = 0; k < dims.size(); ++k) strides[dims[k]] = from[k] == 1 ? 0 : own[k];
+    for (size_t k = 0; k < dims.size(); ++k) map.strides[dims[k]] = from[k] == 1 ? 0 : own[k];
   }
-  return strides;
+  return map;
 }
 
-std::vector<int64_t> iota_strides(const Instr& iota) {
+IndexMap iota_map(const Instr& iota) {
   KILN_CHECK(iota.opcode() == Opcode::kIota) << "not an iota: " << iota.to_string();
-  std::vector<int64_t> strides(iota.shape().rank(), 0);
-  strides.at(static_cast<size_t>(iota.attrs().get_int("dim"))) = 1;
-  return strides;
+  IndexMap map{std::vector<int64_t>(iota.shape().rank(), 0)};
+  map.strides.at(static_cast<size_t>(iota.attrs().get_int("dim"))) = 1;
+  return map;
 }
 
 std::string row_loop_kernel(const std::string& name, const std::string& hoisted, const std::string& pointers,
                             const std::string& loop, const std::string& stores,
-                            const std::vector<int64_t>& loop_dims, const std::vector<std::vector<int64_t>>& maps) {
+                            const std::vector<int64_t>& loop_dims, const std::vector<IndexMap>& maps) {
   // Size-1 dims index nothing: dropped, with their strides.
   std::vector<int64_t> dims;
   std::vector<std::vector<int64_t>> strides(maps.size());
   for (size_t d = 0; d < loop_dims.size(); ++d) {
     if (loop_dims[d] == 1) continue;
     dims.push_back(loop_dims[d]);
-    for (size_t n = 0; n < maps.size(); ++n) strides[n].push_back(maps[n].at(d));
+    for (size_t n = 0; n < maps.size(); ++n) strides[n].push_back(maps[n].strides.at(d));
   }
   const int rank = static_cast<int>(dims.size());
   // The inner axis: trailing dims that every map walks as one (the output always does).
@@ -71,7 +79,7 @@ std::string row_loop_kernel(const std::string& name, const std::string& hoisted,
   }
   std::string bases, offsets;
   for (size_t n = 0; n < maps.size(); ++n) {
-    std::string base = "0";
+    std::string base = std::to_string(maps[n].offset);
     for (int d = 0; d < split; ++d) {
       if (strides[n][d] != 0) base += fmt::format(" + i{} * {}", d, strides[n][d]);
     }

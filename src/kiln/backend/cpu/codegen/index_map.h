@@ -1,11 +1,13 @@
 // Index maps of a loop fusion's mapped reads, and the row loop plan that evaluates them.
 //
-// A transpose or a broadcast of a fusion parameter is not computed inside a loop fusion: it
-// is a read of the parameter at another index. Over the loop dims [d0 .. dR-1] (the result's),
-// the element read at loop index (i0 .. iR-1) is at offset sum_d i_d * stride[d] in the
-// parameter: a transpose's strides are the parameter's own, permuted; a broadcast's are 0
-// along the dims it adds or expands. The expression names the offset `map<n>` and never
-// depends on how the loop computes it (CONVENTIONS example 7).
+// A transpose, broadcast or slice of a fusion parameter is not computed inside a loop fusion:
+// it is a read of the parameter at another index. Over the loop dims [d0 .. dR-1] (the
+// result's), the element read at loop index (i0 .. iR-1) is at offset
+// offset + sum_d i_d * stride[d] in the parameter: a transpose's strides are the parameter's
+// own, permuted; a broadcast's are 0 along the dims it adds or expands; a slice's are the
+// parameter's own times the slice's steps, and its offset is where the window starts. The
+// expression names the offset `map<n>` and never depends on how the loop computes it
+// (CONVENTIONS example 7).
 //
 // Loop plan (chosen here, separately): size-1 dims are dropped, trailing dims every read
 // walks contiguously (stride[d] == stride[d+1] * dims[d+1] for every map) are coalesced into
@@ -26,18 +28,24 @@
 
 namespace kiln::backend::cpu {
 
-// Per loop dim, the element stride into the operand of `read` (a transpose or broadcast
-// whose result has the loop dims).
-std::vector<int64_t> mapped_read_strides(const ir::Instr& read);
-// Per loop dim, the strides whose offset is a fused iota's value: 1 along its dim, 0 along the
-// others (the iota's dims are the loop dims).
-std::vector<int64_t> iota_strides(const ir::Instr& iota);
+// An element offset that is affine in the loop index: offset + sum_d i_d * strides[d].
+struct IndexMap {
+  std::vector<int64_t> strides;  // per loop dim
+  int64_t offset = 0;
+};
+
+// Where `read` (a transpose, broadcast or slice whose result has the loop dims) reads its
+// operand.
+IndexMap mapped_read_map(const ir::Instr& read);
+// The offset that is a fused iota's value: stride 1 along its dim, 0 along the others (the
+// iota's dims are the loop dims).
+IndexMap iota_map(const ir::Instr& iota);
 
 // A loop kernel over `loop_dims` whose statements (`hoisted` before the loop; `loop` and
 // `stores` inside it, indexing outputs and same-shape inputs with `idx`) read mapped operands
-// at `map<n>`, n indexing `maps` (per loop dim strides).
+// at `map<n>`, n indexing `maps`.
 std::string row_loop_kernel(const std::string& name, const std::string& hoisted, const std::string& pointers,
                             const std::string& loop, const std::string& stores,
-                            const std::vector<int64_t>& loop_dims, const std::vector<std::vector<int64_t>>& maps);
+                            const std::vector<int64_t>& loop_dims, const std::vector<IndexMap>& maps);
 
 }  // namespace kiln::backend::cpu
