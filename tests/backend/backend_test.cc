@@ -311,5 +311,51 @@ ENTRY computation @main {
   for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], fmt::format("slice output {}", i));
 }
 
+// Pads read inside loop fusions as windows: RoPE's backward (two halves padded to the full
+// width, low and high, and added), a pad of a middle dim on both sides with a value that is
+// a parameter, and a bf16 pad. No pad kernel runs, and the results equal the interpreter's.
+TEST(CpuBackend, FusedPadsReadTheirWindows) {
+  const char* text = R"(module @pads
+ENTRY computation @main {
+  %ga = f32[3,5,4] parameter(), index=0
+  %gb = f32[3,5,4] parameter(), index=1
+  %v = f32[] parameter(), index=2
+  %h = bf16[3,2,4] parameter(), index=3
+  %zero = f32[] constant(0)
+  %pa = f32[3,5,8] pad(%ga, %zero), high={0,0,0}, low={0,0,4}
+  %pb = f32[3,5,8] pad(%gb, %zero), high={0,0,4}, low={0,0,0}
+  %sum = f32[3,5,8] add(%pa, %pb)
+  %mid = f32[3,9,4] pad(%ga, %v), high={0,3,0}, low={0,1,0}
+  %r2 = f32[3,9,4] mul(%mid, %mid)
+  %hz = bf16[] constant(0.5)
+  %hp = bf16[3,4,6] pad(%h, %hz), high={0,1,1}, low={0,1,1}
+  %r3 = bf16[3,4,6] neg(%hp)
+  ROOT %out = (f32[3,5,8], f32[3,9,4], bf16[3,4,6]) tuple(%sum, %r2, %r3)
+}
+)";
+  auto module = ir::parse_module(text);
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  CompileOptions options;
+  options.cache_dir = cache_dir();
+  auto exe = compile_cpu(**module, options);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  EXPECT_EQ((*exe)->report().fused_kernels, 3);
+  EXPECT_EQ((*exe)->report().library_kernels, 0);  // no pad kernel
+  EXPECT_EQ((*exe)->report().fallback_kernels, 0);
+  std::mt19937_64 rng(17);
+  std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 4}), rng, -1, 1),
+                                       testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 4}), rng, -1, 1),
+                                       testing::random_literal(ir::Shape(ir::DType::kF32, {}), rng, -1, 1),
+                                       testing::random_literal(ir::Shape(ir::DType::kBF16, {3, 2, 4}), rng, -1, 1)};
+  auto want = interp::run(**module, literals);
+  ASSERT_TRUE(want.ok());
+  std::vector<Buffer> args;
+  for (const ir::Literal& l : literals) args.push_back(Buffer::from_literal(l));
+  auto got = (*exe)->run(std::move(args));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], fmt::format("pad output {}", i));
+}
+
 }  // namespace
 }  // namespace kiln::backend

@@ -96,11 +96,18 @@ TEST_P(OpTable, ExamplesVerifyRoundTripAndEvaluate) {
 
 // The traits passes read instead of opcode switches hold on every example: a split map (what
 // sharding may follow) names real dims, a layout op's result holds only operand 0's values,
-// and batch rows name tuple elements whose dimension 0 is operand 0's.
+// a mapped read computes nothing, and batch rows name tuple elements whose dimension 0 is
+// operand 0's.
 TEST_P(OpTable, SplitLayoutAndBatchTraitsHoldOnExamples) {
   const ops::OpDef& def = ops::op_def(GetParam());
   if (def.elementwise) EXPECT_TRUE(def.split_map) << "an elementwise op always runs per block";
   if (def.rearranges) EXPECT_TRUE(def.split_map) << "a layout op runs per block";
+  // A mapped read is operand 0 read at another index: a layout op, or a pad (operand 0's
+  // values and the pad's value).
+  if (def.mapped_read != ops::MappedRead::kNone) {
+    EXPECT_FALSE(def.elementwise);
+    EXPECT_TRUE(def.rearranges || GetParam() == Opcode::kPad) << "a mapped read computes nothing";
+  }
   int rearrangements_checked = 0;
   for (const auto& ex : def.examples) {
     auto module = ir::parse_module(ex.ir);

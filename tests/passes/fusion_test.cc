@@ -1,6 +1,6 @@
 // fusion: IR text in, IR text out (pass_testing.h checks the printed result, verification,
 // the text round trip, equal interpreter outputs and the fixed point). These cases pin down
-// mapped reads: transposes, broadcasts and slices of any rank inside loop fusions.
+// mapped reads: transposes, broadcasts, slices and pads of any rank inside loop fusions.
 #include "kiln/passes/fusion.h"
 
 #include "tests/passes/pass_testing.h"
@@ -195,6 +195,53 @@ ENTRY computation @main {
   %fusion.10 = f32[] fusion(%g), kind=input, calls={@fused.6}
   %fusion.5 = f32[4] fusion(%scale, %g), kind=loop, calls={@fused.0}
   ROOT %out = (f32[], f32[4]) tuple(%fusion.10, %fusion.5)
+}
+)", true);
+}
+
+// RoPE's backward: the gradients of the two halves are padded back to the full width and
+// added. Both pads join the sum's group as windows of their operands (outside a window the
+// value is the pad's), so neither full-width array is written. A pad with interior padding
+// stays a kernel.
+TEST(Fusion, PadsAreReadAsWindowsOfTheirOperands) {
+  FusionPass pass;
+  check_pass(pass, R"(module @pads
+
+ENTRY computation @main {
+  %ga = f32[2,2] parameter(), index=0
+  %gb = f32[2,2] parameter(), index=1
+  %zero = f32[] constant(0)
+  %pa = f32[2,4] pad(%ga, %zero), high={0,0}, low={0,2}
+  %pb = f32[2,4] pad(%gb, %zero), high={0,2}, low={0,0}
+  %sum = f32[2,4] add(%pa, %pb)
+  %gaps = f32[2,3] pad(%ga, %zero), high={0,0}, interior={0,1}, low={0,0}
+  %e = f32[2,3] exp(%gaps)
+  ROOT %out = (f32[2,4], f32[2,3]) tuple(%sum, %e)
+}
+)", R"(module @pads
+
+computation @fused.0 {
+  %parameter.1 = f32[2,3] parameter(), index=0
+  ROOT %exp.2 = f32[2,3] exp(%parameter.1)
+}
+
+computation @fused.4 {
+  %parameter.5 = f32[2,2] parameter(), index=0
+  %parameter.6 = f32[] parameter(), index=1
+  %pad.7 = f32[2,4] pad(%parameter.5, %parameter.6), high={0,0}, low={0,2}
+  %parameter.8 = f32[2,2] parameter(), index=2
+  %pad.9 = f32[2,4] pad(%parameter.8, %parameter.6), high={0,2}, low={0,0}
+  ROOT %add.10 = f32[2,4] add(%pad.7, %pad.9)
+}
+
+ENTRY computation @main {
+  %ga = f32[2,2] parameter(), index=0
+  %gb = f32[2,2] parameter(), index=1
+  %zero = f32[] constant(0)
+  %gaps = f32[2,3] pad(%ga, %zero), high={0,0}, interior={0,1}, low={0,0}
+  %fusion.11 = f32[2,4] fusion(%ga, %zero, %gb), kind=loop, calls={@fused.4}
+  %fusion.3 = f32[2,3] fusion(%gaps), kind=loop, calls={@fused.0}
+  ROOT %out = (f32[2,4], f32[2,3]) tuple(%fusion.11, %fusion.3)
 }
 )", true);
 }

@@ -71,12 +71,11 @@ std::vector<std::vector<int>> fusion_dim_map(const Instr& instr) {
   if (instr.attrs().get_string("kind") != "loop") return out;
   const ir::Computation& body = *instr.called()[0];
   for (int i = 0; i < instr.num_operands(); ++i) {
-    // A parameter a transpose, slice or broadcast reads (a mapped read) is read at other indices.
+    // A parameter a transpose, broadcast, slice or pad reads (a mapped read) is read at other
+    // indices.
     const auto& users = body.param(i)->users();
-    bool mapped = std::any_of(users.begin(), users.end(), [](const Instr* u) {
-      return u->opcode() == Opcode::kTranspose || u->opcode() == Opcode::kSlice ||
-             (u->opcode() == Opcode::kBroadcast && u->operand(0)->shape().rank() > 0);
-    });
+    bool mapped = std::any_of(users.begin(), users.end(),
+                              [](const Instr* u) { return op_def(u->opcode()).mapped_read != MappedRead::kNone; });
     if (!mapped && instr.operand(i)->shape().dims() == instr.shape().dims()) {
       for (size_t d = 0; d < out[i].size(); ++d) out[i][d] = static_cast<int>(d);
     }

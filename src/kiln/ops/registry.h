@@ -86,6 +86,11 @@ struct OpExample {
 
 enum class AsyncRole { kNone, kStart, kDone };
 enum class KernelClass { kOther, kGemm, kAttention, kGroupedMatmul };
+// How a loop fusion may read the op's operand 0 in its place, at another index (a mapped
+// read, passes/fusion.h; backend/cpu/codegen/index_map.h): kBroadcast repeats elements (of
+// a non-scalar), kTranspose permutes them, kWindow reads a window of them (a slice; a pad
+// without interior padding, whose other elements are its value operand).
+enum class MappedRead { kNone, kBroadcast, kTranspose, kWindow };
 
 struct OpDef {
   ir::Opcode opcode = ir::Opcode::kParameter;
@@ -132,6 +137,7 @@ struct OpDef {
   // no data-dependent index. A value made only by such ops from the state is still state
   // (the regather pass follows them).
   bool rearranges = false;
+  MappedRead mapped_read = MappedRead::kNone;
 
   InferFn infer;
   EvalFn eval;

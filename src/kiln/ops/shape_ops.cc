@@ -614,6 +614,7 @@ void register_shape_ops(OpTable& table) {
     d.dim_map = broadcast_dim_map;
     d.split_map = same_size_dims(broadcast_dim_map);
     d.rearranges = true;
+    d.mapped_read = MappedRead::kBroadcast;
     d.cost = memory_cost;
     d.examples = {
         // Expands the size-1 dim and adds a new leading dim.
@@ -651,6 +652,7 @@ void register_shape_ops(OpTable& table) {
     d.dim_map = transpose_dim_map;
     d.split_map = same_size_dims(transpose_dim_map);
     d.rearranges = true;
+    d.mapped_read = MappedRead::kTranspose;
     d.cost = memory_cost;
     d.examples = {
         {example("  %x = f32[2,3,4] parameter(), index=0\n", "%t = f32[4,2,3] transpose(%x), perm={2,0,1}")},
@@ -668,6 +670,7 @@ void register_shape_ops(OpTable& table) {
     d.dim_map = slice_dim_map;
     d.split_map = same_size_dims(slice_dim_map);
     d.rearranges = true;
+    d.mapped_read = MappedRead::kWindow;
     d.cost = slice_cost;
     d.examples = {
         {example("  %x = f32[4,5] parameter(), index=0\n", "%s = f32[2,5] slice(%x), limit={3,5}, start={1,0}")},
@@ -687,6 +690,7 @@ void register_shape_ops(OpTable& table) {
     d.vjp = vjp_pad;
     d.dim_map = pad_dim_map;
     d.split_map = same_size_dims(pad_dim_map);
+    d.mapped_read = MappedRead::kWindow;
     d.cost = memory_cost;
     d.examples = {
         {example("  %x = f32[2,3] parameter(), index=0\n  %v = f32[] parameter(), index=1\n",

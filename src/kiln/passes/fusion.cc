@@ -15,6 +15,8 @@ namespace {
 using ir::Instr;
 using ir::Opcode;
 
+ops::MappedRead mapped_read_kind(const Instr& o) { return ops::op_def(o.opcode()).mapped_read; }
+
 // The bytes fusing the mapped read `o` into a group saves, or 0 with the reason it does not
 // join (see fusion.h).
 int64_t mapped_read_saving(const Instr* o, const std::unordered_set<const Instr*>& in_group, std::string* why) {
@@ -22,35 +24,41 @@ int64_t mapped_read_saving(const Instr* o, const std::unordered_set<const Instr*
   const int64_t operand = o->operand(0)->shape().num_elements() * ir::dtype_size(o->operand(0)->shape().dtype());
   const bool all_inside =
       std::all_of(o->users().begin(), o->users().end(), [&](const Instr* u) { return in_group.count(u) > 0; });
-  if (o->opcode() == Opcode::kSlice) {
-    // Copied into every group that reads it: each reads the window of the operand instead of
-    // the slice (the same elements), and once no unfused op reads the slice it is neither
-    // written nor read back.
-    return out;
-  }
-  if (o->opcode() == Opcode::kTranspose) {
-    if (!all_inside) {
-      *why = "a transpose used outside the group is written anyway; a strided read of its operand saves nothing";
-      return 0;
+  switch (mapped_read_kind(*o)) {
+    case ops::MappedRead::kWindow:
+      // Copied into every group that reads it: each reads the window of the operand instead
+      // of the slice or pad, and once every reader has it (drop_windows_written_anyway) it is
+      // neither written nor read back.
+      return out;
+    case ops::MappedRead::kTranspose:
+      if (!all_inside) {
+        *why = "a transpose used outside the group is written anyway; a strided read of its operand saves nothing";
+        return 0;
+      }
+      return 2 * out;  // the copy is neither written nor read back
+    case ops::MappedRead::kBroadcast: {
+      // This group reads `operand` bytes instead of `out`; when it is the only reader the copy
+      // is not written either.
+      const int64_t saved = out - operand + (all_inside ? out : 0);
+      if (saved <= 0) *why = "the broadcast does not expand its operand";
+      return std::max<int64_t>(saved, 0);
     }
-    return 2 * out;  // the copy is neither written nor read back
+    case ops::MappedRead::kNone: break;
   }
-  // A broadcast: this group reads `operand` bytes instead of `out`; when it is the only reader
-  // the copy is not written either.
-  const int64_t saved = out - operand + (all_inside ? out : 0);
-  if (saved <= 0) *why = "the broadcast does not expand its operand";
-  return std::max<int64_t>(saved, 0);
+  *why = "not a mapped read";
+  return 0;
 }
 
 bool is_elementwise(const Instr* i) {
   return !i->shape().is_tuple() && ops::op_def(i->opcode()).elementwise;
 }
 
-// Broadcasts, slices and fusible iotas are copied into every group that reads them (an
-// outside copy stays while another op reads it): they are neither taken by one group nor
-// moved.
+// Broadcasts, windows (slices, pads) and fusible iotas are copied into every group that
+// reads them (an outside copy stays while another op reads it): they are neither taken by
+// one group nor moved.
 bool copied_into_groups(const Instr* i) {
-  return i->opcode() == Opcode::kBroadcast || i->opcode() == Opcode::kSlice || i->opcode() == Opcode::kIota;
+  const ops::MappedRead kind = mapped_read_kind(*i);
+  return kind == ops::MappedRead::kBroadcast || kind == ops::MappedRead::kWindow || i->opcode() == Opcode::kIota;
 }
 
 // A broadcast of a scalar: reading it costs nothing inside a loop, so groups may copy it.
@@ -153,7 +161,7 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
       }
       if (std::any_of(o->users().begin(), o->users().end(), [](const Instr* u) { return is_mapped_read(*u); })) {
         KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id()
-                     << ": a transpose, broadcast or slice reads it (it would be needed at two indices)";
+                     << ": a mapped read (transpose, broadcast, slice, pad) reads it (it would be needed at two indices)";
         continue;
       }
       if (of_another_stage(o, group_stage)) {
@@ -171,33 +179,33 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
   return g;
 }
 
-// A slice copied into groups saves its kernel only when every reader copied it. When some
-// reader did not (a reduction's input fusion, a concatenate, a matmul), the slice is written
-// anyway: the groups that copied it read it whole instead, as they would without it, so that
-// multi-output fusion may still merge them into such a reader (an input fusion takes no
-// mapped read; the gradient clipping's sum of squares and its scaling, on replicated
+// A window (slice, pad) copied into groups saves its kernel only when every reader copied
+// it. When some reader did not (a reduction's input fusion, a concatenate, a matmul), it is
+// written anyway: the groups that copied it read it whole instead, as they would without it,
+// so that multi-output fusion may still merge them into such a reader (an input fusion takes
+// no mapped read; the gradient clipping's sum of squares and its scaling, on replicated
 // parameters' slices of a combined all-reduce).
-void drop_slices_written_anyway(std::vector<Group>& groups) {
-  std::unordered_map<const Instr*, std::vector<size_t>> copies;  // slice -> groups that copied it
+void drop_windows_written_anyway(std::vector<Group>& groups) {
+  std::unordered_map<const Instr*, std::vector<size_t>> copies;  // window -> groups that copied it
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const Instr* m : groups[g].members) {
-      if (m->opcode() == Opcode::kSlice) copies[m].push_back(g);
+      if (mapped_read_kind(*m) == ops::MappedRead::kWindow) copies[m].push_back(g);
     }
   }
   if (copies.empty()) return;
   std::vector<std::unordered_set<const Instr*>> members(groups.size());
-  for (const auto& [slice, in] : copies) {
+  for (const auto& [window, in] : copies) {
     for (size_t g : in) {
       if (members[g].empty()) members[g].insert(groups[g].members.begin(), groups[g].members.end());
     }
   }
-  for (const auto& [slice, in] : copies) {
-    const bool every_reader_copied = std::all_of(slice->users().begin(), slice->users().end(), [&](const Instr* u) {
+  for (const auto& [window, in] : copies) {
+    const bool every_reader_copied = std::all_of(window->users().begin(), window->users().end(), [&](const Instr* u) {
       return std::any_of(in.begin(), in.end(), [&](size_t g) { return members[g].count(u) > 0; });
     });
     if (every_reader_copied) continue;
-    KILN_VLOG(2) << "fusion: %" << slice->id() << " stays a kernel: a reader outside the groups reads it";
-    for (size_t g : in) std::erase(groups[g].members, slice);
+    KILN_VLOG(2) << "fusion: %" << window->id() << " stays a kernel: a reader outside the groups reads it";
+    for (size_t g : in) std::erase(groups[g].members, window);
   }
 }
 
@@ -234,9 +242,18 @@ void outline(ir::Module& module, ir::Computation& comp, const Group& g) {
 }  // namespace
 
 bool is_mapped_read(const Instr& instr) {
-  if (instr.opcode() == Opcode::kTranspose) return true;
-  if (instr.opcode() == Opcode::kSlice) return instr.shape().rank() > 0;
-  return instr.opcode() == Opcode::kBroadcast && instr.operand(0)->shape().rank() > 0;
+  switch (mapped_read_kind(instr)) {
+    case ops::MappedRead::kTranspose: return true;
+    case ops::MappedRead::kBroadcast: return instr.operand(0)->shape().rank() > 0;  // else the scalar itself
+    case ops::MappedRead::kWindow: {
+      if (instr.shape().rank() == 0) return false;
+      // Interior padding would need a stride test per element: such a pad stays a kernel.
+      const std::vector<int64_t> interior = instr.attrs().get_ints_or("interior", {});
+      return std::all_of(interior.begin(), interior.end(), [](int64_t i) { return i == 0; });
+    }
+    case ops::MappedRead::kNone: return false;
+  }
+  return false;
 }
 
 bool is_fusible_iota(const Instr& instr) {
@@ -264,7 +281,7 @@ Result<bool> FusionPass::run(ir::Module& module) {
     }
     groups.push_back(std::move(g));
   }
-  drop_slices_written_anyway(groups);
+  drop_windows_written_anyway(groups);
   for (const Group& g : groups) outline(module, comp, g);
   // The outlined members die together, in one sweep over the computation (removing them
   // group by group rescans the whole list each time: quadratic in a 16-layer step). A copied

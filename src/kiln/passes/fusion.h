@@ -14,18 +14,20 @@
 // its group grows the same way over the reduction's input dims (RMSNorm's sum of squares,
 // softmax denominators, gradient norms never materialize their input).
 //
-// A loop fusion also takes transposes, broadcasts and slices of any rank whose operand stays
-// outside (a mapped read: the kernel loads the operand at another index, see
-// backend/cpu/codegen/index_map.h), decided by the bytes it saves: a broadcast is copied into every
-// group that reads it (it reads a smaller array than it writes; one that a non-fused op also
-// reads stays for that op), and so is a slice when every reader takes it (a group reads the
-// same elements from the operand's window as from the slice, and the slice is not written:
-// RoPE's halves of q and k, forward and backward; when an unfused op or an input fusion also
-// reads it, it is written anyway and every reader reads it whole); a transpose joins only when every
-// reader is in the group (then its copy is never written or read again: 2x its bytes saved;
-// otherwise the copy is written anyway and a strided read saves nothing). An elementwise op
-// whose value a mapped read reads does not join (its value would be needed at two indices).
-// Input fusions read their operands at the loop index only: no mapped reads there.
+// A loop fusion also takes transposes, broadcasts, slices and pads (without interior
+// padding) of any rank whose operand stays outside (a mapped read: the kernel loads the
+// operand at another index, see backend/cpu/codegen/index_map.h; the kind is the op's
+// registry field `mapped_read`), decided by the bytes it saves: a broadcast is copied into
+// every group that reads it (it reads a smaller array than it writes; one that a non-fused op
+// also reads stays for that op), and so is a window, a slice or a pad, when every reader
+// takes it (a group reads the same elements from the operand as from the window, and the
+// window is not written: RoPE's halves of q and k forward, and their gradients' pads
+// backward; when an unfused op or an input fusion also reads it, it is written anyway and
+// every reader reads it whole); a transpose joins only when every reader is in the group
+// (then its copy is never written or read again: 2x its bytes saved; otherwise the copy is
+// written anyway and a strided read saves nothing). An elementwise op whose value a mapped
+// read reads does not join (its value would be needed at two indices). Input fusions read
+// their operands at the loop index only: no mapped reads there.
 //
 // An integer iota over a loop fusion's dims joins it too, copied into every group that reads
 // it like a scalar broadcast: its value is the loop index along its dim, which the kernel
@@ -43,7 +45,8 @@
 namespace kiln::passes {
 
 // Whether `instr`, inside a loop fusion's body, reads its operand at another index: a
-// transpose, a slice, or a broadcast of a non-scalar (a scalar broadcast is the scalar itself).
+// transpose, a slice, a pad without interior padding, or a broadcast of a non-scalar (a
+// scalar broadcast is the scalar itself).
 bool is_mapped_read(const ir::Instr& instr);
 // Whether `instr` is an iota a loop fusion computes from its loop index (s32 or u32).
 bool is_fusible_iota(const ir::Instr& instr);

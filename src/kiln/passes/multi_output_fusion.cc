@@ -161,12 +161,12 @@ const char* mapped_read_conflict(const Instr* producer, const Instr* consumer) {
   for (int k = 0; k < consumer->num_operands(); ++k) {
     if (!reads_from(consumer->operand(k), producer)) continue;
     for (const Instr* u : body.param(k)->users()) {
-      if (is_mapped_read(*u)) return "the consumer reads it through a transpose, broadcast or slice";
+      if (is_mapped_read(*u)) return "the consumer reads it through a transpose, broadcast, slice or pad";
     }
   }
   if (kind(consumer) == "input") {
     for (const auto& i : producer->called()[0]->instructions()) {
-      if (is_mapped_read(*i) || is_fusible_iota(*i)) return "an input fusion cannot take a transpose, broadcast, slice or iota";
+      if (is_mapped_read(*i) || is_fusible_iota(*i)) return "an input fusion cannot take a transpose, broadcast, slice, pad or iota";
     }
   }
   return nullptr;

@@ -112,7 +112,7 @@ Body elemental(const ir::Computation& body) {
       if (i->shape().rank() == 0 && !loop_dims.empty()) {
         out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, load(d, ptr + "[0]"));
       } else if (i->shape().dims() != loop_dims) {
-        // Read only through index maps (transposes, broadcasts, slices): `map<n>` below.
+        // Read only through index maps (transposes, broadcasts, slices, pads): `map<n>` below.
         for (const Instr* u : i->users()) {
           KILN_CHECK(passes::is_mapped_read(*u)) << "loop fusion parameter " << i->to_string() << " read by " << u->to_string();
         }
@@ -127,14 +127,18 @@ Body elemental(const ir::Computation& body) {
       KILN_CHECK_EQ(i->shape().num_elements(), 1) << "non-scalar constant in a loop fusion";
       out.hoisted += fmt::format("  const {} {} = {};\n", compute_type(d), v, literal(d, i->literal().at(0)));
     } else if (passes::is_mapped_read(*i)) {
-      // A transpose, broadcast or slice of a parameter: a load at another index, which the
-      // loop plan computes as `map<n>`.
+      // A transpose, broadcast, slice or pad of a parameter: a load at another index, which
+      // the loop plan computes as `map<n>`.
       const Instr* p = i->operand(0);
       KILN_CHECK(p->opcode() == Opcode::kParameter && i->shape().dims() == loop_dims)
-          << "a fused transpose, broadcast or slice reads a parameter over the loop dims: " << i->to_string();
-      out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v,
-                              load(d, fmt::format("in{}[map{}]", p->attrs().get_int("index"), out.maps.size())));
+          << "a fused transpose, broadcast, slice or pad reads a parameter over the loop dims: " << i->to_string();
+      const size_t n = out.maps.size();
       out.maps.push_back(mapped_read_map(*i));
+      std::string value = load(d, fmt::format("in{}[map{}]", p->attrs().get_int("index"), n));
+      // A pad's window: outside it the value is the pad's (a scalar, hoisted), and the offset
+      // is not read (it may lie outside the parameter).
+      if (out.maps.back().has_window()) value = fmt::format("win{} ? {} : {}", n, value, var.at(i->operand(1)));
+      out.loop += fmt::format("    const {} {} = {};\n", compute_type(d), v, value);
     } else if (i->opcode() == Opcode::kIota) {
       // Its value is the loop index along its dim: a map's offset (index_map.h).
       KILN_CHECK(passes::is_fusible_iota(*i) && i->shape().dims() == loop_dims)

@@ -28,6 +28,17 @@ IndexMap mapped_read_map(const Instr& read) {
       map.strides[d] = own[d] * steps[d];
       map.offset += start[d] * own[d];
     }
+  } else if (read.opcode() == Opcode::kPad) {
+    // Operand index k lands at result index low[d] + k: read at i_d - low[d] inside
+    // [low[d], low[d] + size[d]).
+    const auto& low = read.attrs().get_ints("low");
+    map.strides = own;
+    map.window_lo = low;
+    map.window_hi.resize(from.size());
+    for (size_t d = 0; d < from.size(); ++d) {
+      map.offset -= low[d] * own[d];
+      map.window_hi[d] = low[d] + from[d];
+    }
   } else {
     KILN_CHECK(read.opcode() == Opcode::kBroadcast) << "not a mapped read: " << read.to_string();
     // Operand dim k is result dim dims[k]; a size-1 operand dim is expanded (stride 0).
@@ -47,20 +58,35 @@ IndexMap iota_map(const Instr& iota) {
 std::string row_loop_kernel(const std::string& name, const std::string& hoisted, const std::string& pointers,
                             const std::string& loop, const std::string& stores,
                             const std::vector<int64_t>& loop_dims, const std::vector<IndexMap>& maps) {
-  // Size-1 dims index nothing: dropped, with their strides.
+  // Size-1 dims index nothing: dropped, with their strides (a window that excludes their one
+  // index excludes every element).
   std::vector<int64_t> dims;
-  std::vector<std::vector<int64_t>> strides(maps.size());
+  std::vector<std::vector<int64_t>> strides(maps.size()), lo(maps.size()), hi(maps.size());
+  std::vector<bool> never(maps.size(), false);
   for (size_t d = 0; d < loop_dims.size(); ++d) {
-    if (loop_dims[d] == 1) continue;
+    if (loop_dims[d] == 1) {
+      for (size_t n = 0; n < maps.size(); ++n) {
+        if (maps[n].has_window() && !(maps[n].window_lo.at(d) <= 0 && 0 < maps[n].window_hi.at(d))) never[n] = true;
+      }
+      continue;
+    }
     dims.push_back(loop_dims[d]);
-    for (size_t n = 0; n < maps.size(); ++n) strides[n].push_back(maps[n].strides.at(d));
+    for (size_t n = 0; n < maps.size(); ++n) {
+      strides[n].push_back(maps[n].strides.at(d));
+      lo[n].push_back(maps[n].has_window() ? maps[n].window_lo.at(d) : 0);
+      hi[n].push_back(maps[n].has_window() ? maps[n].window_hi.at(d) : loop_dims[d]);
+    }
   }
   const int rank = static_cast<int>(dims.size());
-  // The inner axis: trailing dims that every map walks as one (the output always does).
+  auto bounded = [&](size_t n, int d) { return lo[n][d] > 0 || hi[n][d] < dims[d]; };
+  // The inner axis: trailing dims that every map walks as one (the output always does), of
+  // which only the first may be bounded by a window (its test is then one range of j).
   int split = rank == 0 ? 0 : rank - 1;
   while (split > 0) {
     bool joins = true;
-    for (const auto& s : strides) joins = joins && s[split - 1] == s[split] * dims[split];
+    for (size_t n = 0; n < maps.size(); ++n) {
+      joins = joins && strides[n][split - 1] == strides[n][split] * dims[split] && !bounded(n, split);
+    }
     if (!joins) break;
     --split;
   }
@@ -86,6 +112,20 @@ std::string row_loop_kernel(const std::string& name, const std::string& hoisted,
     bases += fmt::format("    const int64_t base{} = {};\n", n, base);
     const int64_t step = rank == 0 ? 0 : strides[n][rank - 1];
     offsets += fmt::format("      const int64_t map{0} = base{0} + j * {1};\n", n, step);
+    if (!maps[n].has_window()) continue;
+    // The window's test: per row over the bounded row dims, then one range of j.
+    std::string row_test = never[n] ? "false" : "true";
+    for (int d = 0; d < split && !never[n]; ++d) {
+      if (bounded(n, d)) row_test += fmt::format(" && i{0} >= {1} && i{0} < {2}", d, lo[n][d], hi[n][d]);
+    }
+    bases += fmt::format("    const bool rowin{} = {};\n", n, row_test);
+    std::string test = fmt::format("rowin{}", n);
+    if (split < rank && bounded(n, split)) {
+      int64_t after = 1;  // the inner axis's elements per index of its first dim
+      for (int d = split + 1; d < rank; ++d) after *= dims[d];
+      test += fmt::format(" && j >= {} && j < {}", lo[n][split] * after, hi[n][split] * after);
+    }
+    offsets += fmt::format("      const bool win{} = {};\n", n, test);
   }
   // The statements, indented two more spaces for the nest.
   auto indent = [](const std::string& text) {
