@@ -52,6 +52,20 @@ void expect_close(const Buffer& got, const ir::Literal& want, const std::string&
   }
 }
 
+// Runs `exe` (compiled from `module`) on `literals` and expects every output close to the
+// interpreter's.
+void expect_equals_interpreter(const ir::Module& module, Executable& exe, const std::vector<ir::Literal>& literals,
+                               const std::string& what) {
+  auto want = interp::run(module, literals);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  std::vector<Buffer> buffers;
+  for (const ir::Literal& l : literals) buffers.push_back(Buffer::from_literal(l));
+  auto got = exe.run(buffers);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->size(), want->size()) << what;
+  for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], fmt::format("{} output {}", what, i));
+}
+
 class EveryOp : public ::testing::TestWithParam<std::tuple<ir::Opcode, bool>> {};
 
 TEST_P(EveryOp, CompiledEqualsInterpreter) {
@@ -67,15 +81,7 @@ TEST_P(EveryOp, CompiledEqualsInterpreter) {
     auto exe = compile_cpu(**module, options);
     ASSERT_TRUE(exe.ok()) << exe.status().to_string() << "\n" << ex.ir;
     for (uint64_t seed : {3, 4}) {
-      auto literals = args_for(*(*module)->entry(), ex, seed);
-      std::vector<Buffer> buffers;
-      for (const auto& l : literals) buffers.push_back(Buffer::from_literal(l));
-      auto want = interp::run(**module, literals);
-      ASSERT_TRUE(want.ok()) << want.status().to_string();
-      auto got = (*exe)->run(buffers);
-      ASSERT_TRUE(got.ok()) << got.status().to_string();
-      ASSERT_EQ(got->size(), want->size());
-      for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], std::string(def.name) + " output " + std::to_string(i));
+      expect_equals_interpreter(**module, **exe, args_for(*(*module)->entry(), ex, seed), std::string(def.name));
     }
   }
 }
@@ -260,13 +266,7 @@ ENTRY computation @main {
     std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kS32, {4, 5, 1}), rng, -2, 8),
                                          testing::random_literal(ir::Shape(ir::DType::kF32, {4, 5, 1}), rng, -1, 1),
                                          testing::random_literal(ir::Shape(ir::DType::kF32, {4, 5, 7}), rng, -1, 1)};
-    auto want = interp::run(**module, literals);
-    ASSERT_TRUE(want.ok());
-    std::vector<Buffer> args;
-    for (const ir::Literal& l : literals) args.push_back(Buffer::from_literal(l));
-    auto got = (*exe)->run(std::move(args));
-    ASSERT_TRUE(got.ok()) << got.status().to_string();
-    expect_close((*got)[0], (*want)[0], "one-hot");
+    expect_equals_interpreter(**module, **exe, literals, "one-hot");
   }
 }
 
@@ -301,14 +301,7 @@ ENTRY computation @main {
   std::mt19937_64 rng(13);
   std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 8}), rng, -1, 1),
                                        testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 4}), rng, -1, 1)};
-  auto want = interp::run(**module, literals);
-  ASSERT_TRUE(want.ok());
-  std::vector<Buffer> args;
-  for (const ir::Literal& l : literals) args.push_back(Buffer::from_literal(l));
-  auto got = (*exe)->run(std::move(args));
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
-  ASSERT_EQ(got->size(), want->size());
-  for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], fmt::format("slice output {}", i));
+  expect_equals_interpreter(**module, **exe, literals, "slice");
 }
 
 // Pads read inside loop fusions as windows: RoPE's backward (two halves padded to the full
@@ -347,14 +340,7 @@ ENTRY computation @main {
                                        testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 4}), rng, -1, 1),
                                        testing::random_literal(ir::Shape(ir::DType::kF32, {}), rng, -1, 1),
                                        testing::random_literal(ir::Shape(ir::DType::kBF16, {3, 2, 4}), rng, -1, 1)};
-  auto want = interp::run(**module, literals);
-  ASSERT_TRUE(want.ok());
-  std::vector<Buffer> args;
-  for (const ir::Literal& l : literals) args.push_back(Buffer::from_literal(l));
-  auto got = (*exe)->run(std::move(args));
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
-  ASSERT_EQ(got->size(), want->size());
-  for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], fmt::format("pad output {}", i));
+  expect_equals_interpreter(**module, **exe, literals, "pad");
 }
 
 }  // namespace
