@@ -100,6 +100,23 @@ TEST(CostModel, AMultiOutputFusionWritesEveryOutput) {
   EXPECT_EQ(r.p.cls(KernelKind::kFused).count, 1);
 }
 
+TEST(CostModel, AFusedKernelRunsAtItsSignaturesEfficiency) {
+  Result<std::unique_ptr<ir::Module>> m = ir::parse_module(kTwoOutputs);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ir::Instr* fusion = (*m)->entry()->root()->operand(0);  // the root picks one of its results
+  EXPECT_EQ(fusion_signature(*fusion), "loop exp,neg,tuple -> f32");
+  // 12 KiB at 1 GB/s: at the class's efficiency, then at the signature's; another
+  // signature's does not apply.
+  Target t = test_target();
+  KernelRate& fused = t.rate(KernelKind::kFused);
+  const double at_class = fused.fixed_us * 1e-6 + 3 * 4096 / 1e9 / fused.efficiency;
+  EXPECT_NEAR(predict(kTwoOutputs, config::Mesh(), t).p.step_s, at_class, 1e-15);
+  fused.efficiency_by_signature = {{"loop exp,tuple -> f32", 0.125}};
+  EXPECT_NEAR(predict(kTwoOutputs, config::Mesh(), t).p.step_s, at_class, 1e-15);
+  fused.efficiency_by_signature["loop exp,neg,tuple -> f32"] = 0.25;
+  EXPECT_NEAR(predict(kTwoOutputs, config::Mesh(), t).p.step_s, fused.fixed_us * 1e-6 + 3 * 4096 / 1e9 / 0.25, 1e-15);
+}
+
 TEST(CostModel, Bf16KernelsRunAgainstTheBf16PeakAndTheirOwnRate) {
   Target t = test_target();
   t.memory_bandwidth_gbs = 1e6;  // compute bound

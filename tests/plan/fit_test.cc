@@ -90,6 +90,43 @@ TEST(KernelRateFit, EachOpcodeOfAMixedClassKeepsItsOwnFixedCost) {
   EXPECT_LT(one.fixed_us * 1e-6 + x / one.efficiency, 1e-6);
 }
 
+// The fused class: activations (a logistic per element) moving bytes at 0.25 of the
+// bandwidth and optimizer updates at 1.5 of it (their arrays in cache), 2 us each besides.
+// One efficiency for the class sits between the two, so a step of activations would be
+// predicted about twice too fast; per signature each kind keeps its own, and a signature
+// timed once keeps the class's.
+TEST(KernelRateFit, EachFusionSignatureKeepsItsOwnEfficiency) {
+  const std::string act = "loop add,logistic,mul -> bf16", adam = "input add,div,mul,reduce_sum,sqrt,tuple -> f32";
+  std::vector<std::pair<double, double>> s;
+  std::vector<std::string> sig;
+  for (int i = 1; i <= 10; ++i) s.push_back({1e-5 * i, 2e-6 + 1e-5 * i / 0.25}), sig.push_back(act);
+  for (int i = 1; i <= 10; ++i) s.push_back({4e-5 * i, 2e-6 + 4e-5 * i / 1.5}), sig.push_back(adam);
+  s.push_back({1e-5, 1e-4}), sig.push_back("loop exp -> f32");
+  // A step's many small kernels (scalars, a norm's row sums) hold the class's fixed cost down.
+  for (int i = 1; i <= 20; ++i) s.push_back({1e-9 * i, 2e-6 + 1e-9 * i}), sig.push_back("loop convert -> f32");
+  const KernelRate one = fit_kernel_rate(s);
+  const KernelRate r = fit_kernel_rate_by_signature(s, sig);
+  EXPECT_DOUBLE_EQ(r.efficiency, one.efficiency);
+  EXPECT_DOUBLE_EQ(r.fixed_us, one.fixed_us);
+  ASSERT_EQ(r.efficiency_by_signature.size(), 3u);  // not "loop exp -> f32"
+  // Each signature's rooflines over its times less the class's fixed cost.
+  double x = 0, t = 0;
+  for (size_t i = 0; i < 10; ++i) x += s[i].first, t += s[i].second - r.fixed_us * 1e-6;
+  EXPECT_NEAR(r.efficiency_of(act), x / t, 1e-12);
+  EXPECT_NEAR(r.efficiency_of(act), 0.25, 0.02);
+  EXPECT_NEAR(r.efficiency_of(adam), 1.5, 0.1);
+  EXPECT_DOUBLE_EQ(r.efficiency_of("loop exp -> f32"), one.efficiency);
+  // The step of ten activations: within 5% per signature, off by far more with the class's.
+  double measured = 0, by_signature = 0, by_class = 0;
+  for (size_t i = 0; i < 10; ++i) {
+    measured += s[i].second;
+    by_signature += r.fixed_us * 1e-6 + s[i].first / r.efficiency_of(act);
+    by_class += one.fixed_us * 1e-6 + s[i].first / one.efficiency;
+  }
+  EXPECT_NEAR(by_signature / measured, 1, 0.05);
+  EXPECT_LT(by_class / measured, 0.6);
+}
+
 AttentionSample attention_sample(double rows, double visited, double seconds) {
   AttentionSample s;
   s.work.rows = rows, s.work.visited_pairs = visited;

@@ -71,6 +71,8 @@ TEST(Target, WriterAndParserAgree) {
   for (train::KernelKind k : kKernelClasses) t.kernels_bf16[static_cast<int>(k)] = {0.25, 7.5, {}};
   t.rate(train::KernelKind::kOther).fixed_us_by_opcode = {{"gather", 8.5}, {"sort", 47.75}};
   t.kernels_bf16[static_cast<int>(train::KernelKind::kOther)].fixed_us_by_opcode = {{"slice", 11.25}};
+  t.rate(train::KernelKind::kFused).efficiency_by_signature = {{"loop add,logistic,mul -> bf16", 0.25},
+                                                               {"input add,reduce_sum,tuple -> bf16,f32", 1.375}};
   t.collectives_overlap = false;
   t.collective_in_step_f32 = 1.5;
   t.collective_in_step_bf16 = 2.5;
@@ -97,6 +99,10 @@ TEST(Target, WriterAndParserAgree) {
   EXPECT_DOUBLE_EQ(back->rate(train::KernelKind::kOther, /*bf16_step=*/true).fixed_us_of("slice"), 11.25);
   EXPECT_DOUBLE_EQ(back->rate(train::KernelKind::kOther, /*bf16_step=*/true).fixed_us_of("gather"), 7.5);
   EXPECT_TRUE(back->rate(train::KernelKind::kFused).fixed_us_by_opcode.empty());
+  EXPECT_EQ(back->rate(train::KernelKind::kFused).efficiency_by_signature,
+            t.rate(train::KernelKind::kFused).efficiency_by_signature);
+  EXPECT_DOUBLE_EQ(back->rate(train::KernelKind::kFused, /*bf16_step=*/true).efficiency_of("loop add,logistic,mul -> bf16"),
+                   0.25);  // the bf16 step's class has none: its own efficiency
   EXPECT_FALSE(back->collectives_overlap);
   EXPECT_DOUBLE_EQ(back->collective_in_step(false), 1.5);
   EXPECT_DOUBLE_EQ(back->collective_in_step(true), 2.5);
@@ -146,7 +152,8 @@ TEST(Target, WriterAndParserAgree) {
            {"bfloat16: 0.125", "bfloat16: -0.125", "collective_wait.bfloat16"},
            {"gather: 8.5", "gathr: 8.5", "kernels.other.fixed_us_by_opcode.gathr is not an opcode"},
            {"sort: 47.75", "sort: -1", "kernels.other.fixed_us_by_opcode.sort"},
-           {"slice: 11.25", "slice: fast", "kernels_bf16.other.fixed_us_by_opcode.slice"}}) {
+           {"slice: 11.25", "slice: fast", "kernels_bf16.other.fixed_us_by_opcode.slice"},
+           {"bf16\": 0.25", "bf16\": 0", "kernels.fused.efficiency_by_signature.loop add,logistic,mul -> bf16"}}) {
     const size_t at = text.find(from);
     ASSERT_NE(at, std::string::npos) << from << "\n" << text;
     Result<Target> bad = parse_target(std::string(text).replace(at, from.size(), to), "bad.yml");

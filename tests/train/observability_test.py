@@ -153,6 +153,11 @@ def check_trace(run_dir, first, count):
     fusions = [e for e in spans if e["cat"] == "fusion"]
     assert fusions and all(e["name"].endswith("_fusion") and e["args"]["fused"] for e in fusions)
     assert any(re.match(r"layers\.\d+\.", e["name"]) for e in fusions), "no fusion carries a layer name"
+    assert all(e["args"]["kind"] in ("loop", "input") and e["args"]["body"] and e["args"]["mbytes"] > 0
+               for e in fusions), "a fusion lacks its kind, body opcodes or bytes"
+    # gpt-oss's SwiGLU activation runs a logistic per element: the arithmetic is counted.
+    assert any("logistic" in e["args"]["body"] and e["args"]["mtranscendental"] > 0 and e["args"]["mflop"] > 0
+               for e in fusions), "no fusion counts the activation's logistic"
     gemms = [e for e in spans if e["cat"] == "gemm"]
     assert gemms and all(re.search(r" gemm \d+x\d+x\d+x\d+$", e["name"]) and "lhs" in e["args"] for e in gemms)
     assert any(e["cat"] == "data" for e in spans), "no data-wait span"

@@ -113,6 +113,7 @@ class InstructionTimer : public backend::InstructionObserver {
 struct TimedKernel {
   train::InstrInfo info;
   std::string opcode;
+  std::string signature;  // a fused kernel's fusion_signature; "" otherwise
   bool bf16 = false;
   std::string out_dtype;  // the result's ("f32", "bf16")
   double seconds = 0;
@@ -228,8 +229,9 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
     if (it == infos.end()) it = infos.emplace(s.instr, describe_kernel(*s.instr)).first;
     if (it->second) {
       timing.kernels.push_back(
-          {*it->second, std::string(ir::opcode_name(s.instr->opcode())), computes_in_bf16(*s.instr),
-           result_dtype(*s.instr), s.seconds,
+          {*it->second, std::string(ir::opcode_name(s.instr->opcode())),
+           it->second->kind == KernelKind::kFused ? fusion_signature(*s.instr) : std::string(),
+           computes_in_bf16(*s.instr), result_dtype(*s.instr), s.seconds,
            attention_work(*s.instr, kTileQ, kTileK)});
     }
   }
@@ -446,18 +448,30 @@ void fit_collectives(Target& t, const StepTiming (&steps)[2], const std::functio
 }
 
 // A class's rate from its kernels: the "other" class mixes opcodes (broadcasts, gathers,
-// slices, pads, sorts), so each opcode gets its own fixed cost; the other classes are one
-// kind of kernel each.
+// slices, pads, sorts), so each opcode gets its own fixed cost; fused kernels mix bodies
+// (an activation's logistic, a norm's reduction, the optimizer's update), so each signature
+// gets its own efficiency; the other classes are one kind of kernel each. keys[i] is
+// samples[i]'s opcode (other) or fusion signature (fused).
 KernelRate fit_rate(KernelKind kind, const std::vector<std::pair<double, double>>& samples,
-                    const std::vector<std::string>& opcodes) {
-  return kind == KernelKind::kOther ? fit_kernel_rate_by_opcode(samples, opcodes) : fit_kernel_rate(samples);
+                    const std::vector<std::string>& keys) {
+  if (kind == KernelKind::kOther) return fit_kernel_rate_by_opcode(samples, keys);
+  if (kind == KernelKind::kFused) return fit_kernel_rate_by_signature(samples, keys);
+  return fit_kernel_rate(samples);
 }
 
-std::string describe_fixed_by_opcode(const KernelRate& r) {
-  if (r.fixed_us_by_opcode.empty()) return "";
-  std::vector<std::string> parts;
-  for (const auto& [opcode, us] : r.fixed_us_by_opcode) parts.push_back(fmt::format("{} {:.1f}", opcode, us));
-  return fmt::format(" ({} us per opcode)", fmt::join(parts, ", "));
+std::string describe_refinements(const KernelRate& r) {
+  std::string out;
+  if (!r.fixed_us_by_opcode.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [opcode, us] : r.fixed_us_by_opcode) parts.push_back(fmt::format("{} {:.1f}", opcode, us));
+    out += fmt::format(" ({} us per opcode)", fmt::join(parts, ", "));
+  }
+  if (!r.efficiency_by_signature.empty()) {
+    double lo = r.efficiency_by_signature.begin()->second, hi = lo;
+    for (const auto& [signature, e] : r.efficiency_by_signature) lo = std::min(lo, e), hi = std::max(hi, e);
+    out += fmt::format(" ({} fusion signatures, efficiency {:.3f} .. {:.3f})", r.efficiency_by_signature.size(), lo, hi);
+  }
+  return out;
 }
 
 }  // namespace
@@ -699,6 +713,24 @@ KernelRate fit_kernel_rate_by_opcode(const std::vector<std::pair<double, double>
   return r;
 }
 
+KernelRate fit_kernel_rate_by_signature(const std::vector<std::pair<double, double>>& samples,
+                                        const std::vector<std::string>& signatures) {
+  KILN_CHECK_EQ(samples.size(), signatures.size());
+  KernelRate r = fit_kernel_rate(samples);
+  std::map<std::string, std::tuple<int, double, double>> sums;  // signature -> (kernels, roofline s, s over fixed)
+  for (size_t i = 0; i < samples.size(); ++i) {
+    auto& [count, roofline, over_fixed] = sums[signatures[i]];
+    ++count;
+    roofline += samples[i].first;
+    over_fixed += samples[i].second - r.fixed_us * 1e-6;
+  }
+  for (const auto& [signature, entry] : sums) {
+    const auto& [count, roofline, over_fixed] = entry;
+    if (count >= 2 && roofline > 0 && over_fixed > 0) r.efficiency_by_signature[signature] = roofline / over_fixed;
+  }
+  return r;
+}
+
 Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const CalibrateOptions& options) {
   auto log = [&](const std::string& line) {
     if (options.log) options.log(line);
@@ -742,7 +774,8 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   // The step's own kernels, f32 and bf16: per class (roofline seconds, measured seconds).
   std::vector<std::pair<double, double>> per_class[static_cast<int>(KernelKind::kCount)];
   std::vector<std::pair<double, double>> per_class_bf16[static_cast<int>(KernelKind::kCount)];  // the bf16 step's
-  std::vector<std::string> opcodes[2][static_cast<int>(KernelKind::kCount)];  // per step dtype: each sample's
+  // Per step dtype, each sample's key for fit_rate: its fusion signature (fused) or opcode.
+  std::vector<std::string> keys[2][static_cast<int>(KernelKind::kCount)];
   double gap_s = 0;
   int64_t gap_instructions = 0;
   std::vector<TimedKernel> attention_in_step[2];  // the f32 and the bf16 step's attention kernels
@@ -766,7 +799,8 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
       auto& samples = bf16_step ? per_class_bf16 : per_class;
       samples[static_cast<int>(k.info.kind)].push_back(
           {roofline_seconds(unit, k.info.kind, k.info.flops, k.info.bytes, k.bf16), k.seconds});
-      opcodes[bf16_step][static_cast<int>(k.info.kind)].push_back(k.opcode);
+      keys[bf16_step][static_cast<int>(k.info.kind)].push_back(k.info.kind == KernelKind::kFused ? k.signature
+                                                                                               : k.opcode);
     }
     gap_s += std::max(0.0, timing.wall_s - timing.inside_s);
     gap_instructions += timing.instructions;
@@ -783,9 +817,9 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
       r = t.rate(KernelKind::kGemm);
       continue;
     }
-    r = fit_rate(kind, s, opcodes[0][static_cast<int>(kind)]);
+    r = fit_rate(kind, s, keys[0][static_cast<int>(kind)]);
     log(fmt::format("{}: {} kernels timed, efficiency {:.3f}, fixed {:.1f} us{}", kernel_class_key(kind), s.size(),
-                    r.efficiency, r.fixed_us, describe_fixed_by_opcode(r)));
+                    r.efficiency, r.fixed_us, describe_refinements(r)));
   }
   // The bf16 step's kernels: their own rates (they convert, and on a CPU without bf16
   // instructions the products widen).
@@ -793,10 +827,10 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   for (KernelKind kind : kKernelClasses) {
     const auto& s = per_class_bf16[static_cast<int>(kind)];
     KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
-    r = s.empty() ? t.rate(kind) : fit_rate(kind, s, opcodes[1][static_cast<int>(kind)]);
+    r = s.empty() ? t.rate(kind) : fit_rate(kind, s, keys[1][static_cast<int>(kind)]);
     if (!s.empty()) {
       log(fmt::format("{} (bf16 step): {} kernels timed, efficiency {:.3f}, fixed {:.1f} us{}", kernel_class_key(kind),
-                      s.size(), r.efficiency, r.fixed_us, describe_fixed_by_opcode(r)));
+                      s.size(), r.efficiency, r.fixed_us, describe_refinements(r)));
     }
   }
   for (auto& [key, entry] : gemm_shapes) {

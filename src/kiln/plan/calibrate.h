@@ -122,5 +122,12 @@ KernelRate fit_kernel_rate(const std::vector<std::pair<double, double>>& samples
 // efficiency is refitted through the origin on the times less those fixed costs.
 KernelRate fit_kernel_rate_by_opcode(const std::vector<std::pair<double, double>>& samples,
                                      const std::vector<std::string>& opcodes);
+// For the fused class, signatures[i] naming samples[i]'s (fusion_signature): as
+// fit_kernel_rate, then each signature with at least 2 samples gets its own efficiency, its
+// kernels' roofline seconds over their seconds less the class's fixed cost (a ratio of sums,
+// so the large kernels weigh most). Kernels of a signature the calibration did not see run
+// at the class's efficiency.
+KernelRate fit_kernel_rate_by_signature(const std::vector<std::pair<double, double>>& samples,
+                                        const std::vector<std::string>& signatures);
 
 }  // namespace kiln::plan

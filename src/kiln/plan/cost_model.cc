@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <unordered_map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "kiln/base/strings.h"
 #include "kiln/ir/opcode.h"
@@ -98,6 +102,21 @@ std::string result_dtype(const ir::Instr& instr) {
   return instr.shape().is_tuple() ? "" : std::string(ir::dtype_name(instr.shape().dtype()));
 }
 
+std::string fusion_signature(const ir::Instr& fusion) {
+  std::set<std::string_view> opcodes, dtypes;
+  for (const auto& inner : fusion.called()[0]->instructions()) {
+    if (inner->opcode() == ir::Opcode::kParameter || inner->opcode() == ir::Opcode::kConstant) continue;
+    opcodes.insert(ir::opcode_name(inner->opcode()));
+  }
+  const ir::Shape& result = fusion.shape();
+  if (result.is_tuple()) {
+    for (const ir::Shape& e : result.elements()) dtypes.insert(ir::dtype_name(e.dtype()));
+  } else {
+    dtypes.insert(ir::dtype_name(result.dtype()));
+  }
+  return fmt::format("{} {} -> {}", fusion.attrs().get_string("kind"), fmt::join(opcodes, ","), fmt::join(dtypes, ","));
+}
+
 std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr) {
   const ops::OpDef& def = ops::op_def(instr.opcode());
   if (def.plumbing) return std::nullopt;
@@ -128,6 +147,13 @@ double kernel_seconds(const Target& target, const ir::Instr& instr, const train:
               target.attention.seconds(w->op, w->bf16, w->head_dim, w->rows, w->visited_pairs, bf16_step)) {
         return *s;
       }
+    }
+  }
+  if (kind == KernelKind::kFused) {
+    const KernelRate& r = target.rate(kind, bf16_step);
+    if (!r.efficiency_by_signature.empty()) {
+      return r.fixed_us * 1e-6 +
+             roofline_seconds(target, kind, flops, bytes, computes_in_bf16(instr)) / r.efficiency_of(fusion_signature(instr));
     }
   }
   return kernel_seconds(target, kind, flops, bytes, computes_in_bf16(instr), bf16_step,

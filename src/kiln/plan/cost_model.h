@@ -6,9 +6,10 @@
 //   time = fixed_us(c) + roofline / efficiency(c), where the roofline is
 //     max(FLOPs / peak(dtype), bytes / bandwidth)   gemm, grouped matmul, attention
 //     bytes / bandwidth                             fused, other
-// A calibrated CPU target refines two classes: GEMMs run at the efficiency of the nearest
+// A calibrated CPU target refines three classes: GEMMs run at the efficiency of the nearest
 // GEMM shape its calibration step timed (target.h GemmShapeRate), attention kernels by their
-// rows and visited tiles (target.h AttentionModel).
+// rows and visited tiles (target.h AttentionModel), and fused kernels at the efficiency its
+// calibration step measured for kernels of the same signature (fusion_signature below).
 // FLOPs and bytes are the op registry's (ops::cost_of; a multiply-add counts 2); dtype is the
 // first operand's (bf16 kernels run against the bf16 peak).
 //
@@ -97,6 +98,11 @@ StepPrediction predict_step(std::span<const ir::Instr* const> schedule, const co
 bool computes_in_bf16(const ir::Instr& instr);
 // The result's dtype ("f32", "bf16", ...); "" for a tuple result.
 std::string result_dtype(const ir::Instr& instr);
+// What a fused kernel's rate goes with on a calibrated CPU (KernelRate::efficiency_by_signature):
+// its kind, the opcodes its body runs (sorted, once each) and its results' dtypes, e.g.
+// "loop add,broadcast,clamp,logistic,min,mul,tuple -> bf16". Shapes are left out, so a
+// layer's kernel in one model matches the same layer's in a wider or deeper one.
+std::string fusion_signature(const ir::Instr& fusion);
 // The instruction's class, FLOPs and bytes when it is a compute kernel; nullopt for plumbing,
 // views, collectives and async halves.
 std::optional<train::InstrInfo> describe_kernel(const ir::Instr& instr);
@@ -111,7 +117,8 @@ double roofline_seconds(const Target& target, train::KernelKind kind, double flo
 // One instruction's seconds (`info` its describe_instruction, flops and bytes as predict_step
 // scales them): a GEMM at the efficiency of the target's nearest calibrated GEMM shape where
 // it has one near enough, an attention kernel by the target's attention model where it has
-// one (attention_cost.h), else kernel_seconds above.
+// one (attention_cost.h), a fused kernel at its signature's efficiency where the target has
+// one, else kernel_seconds above.
 double kernel_seconds(const Target& target, const ir::Instr& instr, const train::InstrInfo& info, double flops,
                       double bytes, bool bf16_step);
 

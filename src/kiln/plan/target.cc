@@ -69,6 +69,24 @@ Status fixed_by_opcode(const YAML::Node& k, const std::string& where, const std:
   return ok_status();
 }
 
+// Reads a kernel class's optional efficiency_by_signature: a map of fusion signature -> > 0.
+Status efficiency_by_signature(const YAML::Node& k, const std::string& where, const std::string& path,
+                               KernelRate& r) {
+  const YAML::Node m = k["efficiency_by_signature"];
+  if (!m) return ok_status();
+  if (!m.IsMap()) {
+    return invalid_argument("{}: {}efficiency_by_signature must map fusion signatures (\"loop add,mul -> f32\") to "
+                            "efficiencies",
+                            where, path);
+  }
+  for (const auto& entry : m) {
+    const std::string signature = entry.first.as<std::string>();
+    KILN_ASSIGN_OR_RETURN(r.efficiency_by_signature[signature],
+                          number(m, signature, where, path + "efficiency_by_signature."));
+  }
+  return ok_status();
+}
+
 // Reads the optional per-step-dtype map `key` of `root` ({float32: x, bfloat16: y}) into f32
 // and bf16; absent, they keep their defaults.
 Status per_dtype(const YAML::Node& root, const std::string& key, const std::string& where, bool allow_zero,
@@ -313,6 +331,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
     KILN_ASSIGN_OR_RETURN(r.efficiency, number(k, "efficiency", where, "kernels." + key + "."));
     KILN_ASSIGN_OR_RETURN(r.fixed_us, number(k, "fixed_us", where, "kernels." + key + ".", true));
     KILN_RETURN_IF_ERROR(fixed_by_opcode(k, where, "kernels." + key + ".", r));
+    KILN_RETURN_IF_ERROR(efficiency_by_signature(k, where, "kernels." + key + ".", r));
   }
   if (const YAML::Node bf16 = root["kernels_bf16"]) {
     if (!bf16.IsMap()) return invalid_argument("{}: kernels_bf16 is a map like kernels", where);
@@ -324,7 +343,8 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
       KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
       KILN_ASSIGN_OR_RETURN(r.efficiency, number(k, "efficiency", where, "kernels_bf16." + key + "."));
       KILN_ASSIGN_OR_RETURN(r.fixed_us, number(k, "fixed_us", where, "kernels_bf16." + key + ".", true));
-      KILN_RETURN_IF_ERROR(fixed_by_opcode(k, where, "kernels_bf16." + key + ".", r));
+        KILN_RETURN_IF_ERROR(fixed_by_opcode(k, where, "kernels_bf16." + key + ".", r));
+      KILN_RETURN_IF_ERROR(efficiency_by_signature(k, where, "kernels_bf16." + key + ".", r));
     }
   }
   KILN_ASSIGN_OR_RETURN(t.host_us_per_kernel, number(root, "host_us_per_kernel", where, "", true));
@@ -368,13 +388,19 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
 
 namespace {
 
-// One kernel class's rate as a flow map: {efficiency, fixed_us[, fixed_us_by_opcode]}.
+// One kernel class's rate as a flow map: {efficiency, fixed_us[, fixed_us_by_opcode][,
+// efficiency_by_signature]}.
 void emit_rate(YAML::Emitter& out, const KernelRate& r) {
   out << YAML::Flow << YAML::BeginMap << YAML::Key << "efficiency" << YAML::Value << r.efficiency << YAML::Key
       << "fixed_us" << YAML::Value << r.fixed_us;
   if (!r.fixed_us_by_opcode.empty()) {
     out << YAML::Key << "fixed_us_by_opcode" << YAML::Value << YAML::BeginMap;
     for (const auto& [opcode, us] : r.fixed_us_by_opcode) out << YAML::Key << opcode << YAML::Value << us;
+    out << YAML::EndMap;
+  }
+  if (!r.efficiency_by_signature.empty()) {
+    out << YAML::Key << "efficiency_by_signature" << YAML::Value << YAML::BeginMap;
+    for (const auto& [signature, e] : r.efficiency_by_signature) out << YAML::Key << signature << YAML::Value << e;
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

@@ -51,9 +51,19 @@ struct KernelRate {
   // broadcast) to 40 us (a sort), so no one fixed cost fits them all.
   std::map<std::string, double, std::less<>> fixed_us_by_opcode;
 
+  // Optional, per fusion signature (a calibrated CPU's "fused" class; fusion_signature in
+  // cost_model.h): that kind of fused kernel's own efficiency, in place of `efficiency`. A
+  // fused kernel's time goes with what its body computes, not only its bytes: the same
+  // step's SwiGLU activations ran at 15 GB/s and its optimizer updates at 70, in every shape.
+  std::map<std::string, double, std::less<>> efficiency_by_signature;
+
   double fixed_us_of(std::string_view opcode) const {
     auto it = fixed_us_by_opcode.find(opcode);
     return it != fixed_us_by_opcode.end() ? it->second : fixed_us;
+  }
+  double efficiency_of(std::string_view signature) const {
+    auto it = efficiency_by_signature.find(signature);
+    return it != efficiency_by_signature.end() ? it->second : efficiency;
   }
 };
 

@@ -56,6 +56,7 @@ InstrInfo describe_instruction(const ir::Instr& instr) {
   const std::string name = value_name(instr);
   ops::Cost cost = ops::cost_of(instr);
   info.flops = cost.flops;
+  info.transcendentals = cost.transcendentals;
   // The op's own count of the memory it touches: every output of a multi-output fusion;
   // a gather reads only the rows it picks (an embedding lookup, the loss's pick of the
   // label's logit), a slice only the window.
@@ -113,7 +114,12 @@ InstrInfo describe_instruction(const ir::Instr& instr) {
       info.name = name + "_fusion";
     }
     args["fused"] = fused.empty() ? ops : fused;
+    args["body"] = ops;
+    args["kind"] = instr.attrs().get_string("kind");
     args["mbytes"] = info.bytes / 1e6;
+    // An elementwise kernel's arithmetic (a sigmoid, a norm's rsqrt) can outweigh its bytes.
+    args["mflop"] = info.flops / 1e6;
+    args["mtranscendental"] = info.transcendentals / 1e6;
   } else if (!info.collective.empty()) {
     info.kind = KernelKind::kCollective;
     info.name = fmt::format("{} {}", opcode, name);

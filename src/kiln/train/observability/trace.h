@@ -50,6 +50,7 @@ struct InstrInfo {
   std::string name;       // trace event name
   std::string args_json;  // trace event args (a JSON object)
   double flops = 0;       // ops::cost_of (a multiply-add counts 2)
+  double transcendentals = 0;  // ops::cost_of: exp, log, tanh, ... evaluations
   double bytes = 0;       // ops::cost_of: bytes read + bytes written
   std::string collective; // "all_gather", ... for kCollective; else ""
   bool remat = false;     // a recomputed value (name contains ".remat"): rematerialization
