@@ -152,8 +152,8 @@ double kernel_seconds(const Target& target, const ir::Instr& instr, const train:
   if (kind == KernelKind::kFused) {
     const KernelRate& r = target.rate(kind, bf16_step);
     if (!r.efficiency_by_signature.empty()) {
-      return r.fixed_us * 1e-6 +
-             roofline_seconds(target, kind, flops, bytes, computes_in_bf16(instr)) / r.efficiency_of(fusion_signature(instr));
+      const double efficiency = r.efficiency_of(fusion_signature(instr));
+      return r.fixed_us * 1e-6 + roofline_seconds(target, kind, flops, bytes, computes_in_bf16(instr)) / efficiency;
     }
   }
   return kernel_seconds(target, kind, flops, bytes, computes_in_bf16(instr), bf16_step,

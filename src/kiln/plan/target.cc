@@ -343,7 +343,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
       KernelRate& r = t.kernels_bf16[static_cast<int>(kind)];
       KILN_ASSIGN_OR_RETURN(r.efficiency, number(k, "efficiency", where, "kernels_bf16." + key + "."));
       KILN_ASSIGN_OR_RETURN(r.fixed_us, number(k, "fixed_us", where, "kernels_bf16." + key + ".", true));
-        KILN_RETURN_IF_ERROR(fixed_by_opcode(k, where, "kernels_bf16." + key + ".", r));
+      KILN_RETURN_IF_ERROR(fixed_by_opcode(k, where, "kernels_bf16." + key + ".", r));
       KILN_RETURN_IF_ERROR(efficiency_by_signature(k, where, "kernels_bf16." + key + ".", r));
     }
   }
