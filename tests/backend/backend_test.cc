@@ -66,6 +66,30 @@ void expect_equals_interpreter(const ir::Module& module, Executable& exe, const 
   for (size_t i = 0; i < want->size(); ++i) expect_close((*got)[i], (*want)[i], fmt::format("{} output {}", what, i));
 }
 
+// A module parsed from IR text and compiled with the tests' kernel cache.
+struct Compiled {
+  std::unique_ptr<ir::Module> module;
+  std::unique_ptr<Executable> exe;
+};
+// Fails the test (use under ASSERT_NO_FATAL_FAILURE) when `text` does not parse or compile.
+void compile_text(const char* text, Compiled& out) {
+  auto module = ir::parse_module(text);
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  CompileOptions options;
+  options.cache_dir = cache_dir();
+  auto exe = compile_cpu(**module, options);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  out.module = std::move(*module);
+  out.exe = std::move(*exe);
+}
+
+// Every kernel of `exe` is one of `fused` fused loops: no library kernel, no fallback.
+void expect_only_fused_kernels(const Executable& exe, int fused) {
+  EXPECT_EQ(exe.report().fused_kernels, fused);
+  EXPECT_EQ(exe.report().library_kernels, 0);
+  EXPECT_EQ(exe.report().fallback_kernels, 0);
+}
+
 class EveryOp : public ::testing::TestWithParam<std::tuple<ir::Opcode, bool>> {};
 
 TEST_P(EveryOp, CompiledEqualsInterpreter) {
@@ -252,21 +276,15 @@ ENTRY computation @main {
   ROOT %r = f32[4,5,7] add(%s, %p)
 }
 )";
-  auto module = ir::parse_module(text);
-  ASSERT_TRUE(module.ok()) << module.status().to_string();
-  CompileOptions options;
-  options.cache_dir = cache_dir();
-  auto exe = compile_cpu(**module, options);
-  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
-  EXPECT_EQ((*exe)->report().fused_kernels, 1);
-  EXPECT_EQ((*exe)->report().library_kernels, 0);  // no broadcast fill, no scatter_add
-  EXPECT_EQ((*exe)->report().fallback_kernels, 0);
+  Compiled c;
+  ASSERT_NO_FATAL_FAILURE(compile_text(text, c));
+  expect_only_fused_kernels(*c.exe, 1);  // no broadcast fill, no scatter_add
   std::mt19937_64 rng(11);
   for (int draw = 0; draw < 3; ++draw) {
     std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kS32, {4, 5, 1}), rng, -2, 8),
                                          testing::random_literal(ir::Shape(ir::DType::kF32, {4, 5, 1}), rng, -1, 1),
                                          testing::random_literal(ir::Shape(ir::DType::kF32, {4, 5, 7}), rng, -1, 1)};
-    expect_equals_interpreter(**module, **exe, literals, "one-hot");
+    expect_equals_interpreter(*c.module, *c.exe, literals, "one-hot");
   }
 }
 
@@ -289,19 +307,13 @@ ENTRY computation @main {
   ROOT %out = (f32[3,5,4], f32[3,2,4], f32[2,3,4]) tuple(%r1, %r2, %r3)
 }
 )";
-  auto module = ir::parse_module(text);
-  ASSERT_TRUE(module.ok()) << module.status().to_string();
-  CompileOptions options;
-  options.cache_dir = cache_dir();
-  auto exe = compile_cpu(**module, options);
-  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
-  EXPECT_EQ((*exe)->report().fused_kernels, 3);
-  EXPECT_EQ((*exe)->report().library_kernels, 0);  // no slice kernel
-  EXPECT_EQ((*exe)->report().fallback_kernels, 0);
+  Compiled c;
+  ASSERT_NO_FATAL_FAILURE(compile_text(text, c));
+  expect_only_fused_kernels(*c.exe, 3);  // no slice kernel
   std::mt19937_64 rng(13);
   std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 8}), rng, -1, 1),
                                        testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 4}), rng, -1, 1)};
-  expect_equals_interpreter(**module, **exe, literals, "slice");
+  expect_equals_interpreter(*c.module, *c.exe, literals, "slice");
 }
 
 // Pads read inside loop fusions as windows: RoPE's backward (two halves padded to the full
@@ -326,21 +338,15 @@ ENTRY computation @main {
   ROOT %out = (f32[3,5,8], f32[3,9,4], bf16[3,4,6]) tuple(%sum, %r2, %r3)
 }
 )";
-  auto module = ir::parse_module(text);
-  ASSERT_TRUE(module.ok()) << module.status().to_string();
-  CompileOptions options;
-  options.cache_dir = cache_dir();
-  auto exe = compile_cpu(**module, options);
-  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
-  EXPECT_EQ((*exe)->report().fused_kernels, 3);
-  EXPECT_EQ((*exe)->report().library_kernels, 0);  // no pad kernel
-  EXPECT_EQ((*exe)->report().fallback_kernels, 0);
+  Compiled c;
+  ASSERT_NO_FATAL_FAILURE(compile_text(text, c));
+  expect_only_fused_kernels(*c.exe, 3);  // no pad kernel
   std::mt19937_64 rng(17);
   std::vector<ir::Literal> literals = {testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 4}), rng, -1, 1),
                                        testing::random_literal(ir::Shape(ir::DType::kF32, {3, 5, 4}), rng, -1, 1),
                                        testing::random_literal(ir::Shape(ir::DType::kF32, {}), rng, -1, 1),
                                        testing::random_literal(ir::Shape(ir::DType::kBF16, {3, 2, 4}), rng, -1, 1)};
-  expect_equals_interpreter(**module, **exe, literals, "pad");
+  expect_equals_interpreter(*c.module, *c.exe, literals, "pad");
 }
 
 }  // namespace
