@@ -21,6 +21,8 @@ JOBS=${JOBS:-2}
 # FUZZ_NO_BUILD=1 runs what build-fuzz/ holds (several target sets side by side, one per core).
 if [ -z "${FUZZ_NO_BUILD:-}" ]; then
   bash "$ROOT/scripts/setup.sh" clang libclang-rt-14-dev || exit 1
+  # The PJRT backend compiles against the C API header its pinned CPU plugin wheel ships.
+  bash "$ROOT/scripts/setup_venv.sh" python/requirements-pjrt.txt || exit 1
   CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON >/dev/null || exit 1
   cmake --build "$BUILD" -j "$JOBS" --target fuzz_all || exit 1
 fi
