@@ -22,10 +22,13 @@ RUN_ARGS ?=
 .PHONY: setup configure build run test asan fuzz bench e2e parity clean
 
 # Debian's packages, then the pinned Python environment .venv (python/requirements.txt: the
-# tiktoken, openai-harmony and TensorBoard references some tests compare with).
+# tiktoken, openai-harmony and TensorBoard references some tests compare with), then on top
+# of it the XLA CPU plugin (python/requirements-pjrt.txt: the PJRT backend builds against the
+# wheel's pjrt_c_api.h and its tests run the plugin).
 setup:
 	@bash scripts/setup.sh
 	@bash scripts/setup_venv.sh
+	@bash scripts/setup_venv.sh python/requirements-pjrt.txt
 
 configure: setup
 	@cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS) > /dev/null
@@ -71,12 +74,15 @@ bench: build
 	/usr/bin/python3 bench/compile_growth.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/init_vs_interpreted.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/plan_vs_measured.py --kiln $(BUILD_DIR)/kiln
+	/usr/bin/python3 bench/pjrt_vs_cpu.py --kiln $(BUILD_DIR)/kiln
 	@bash scripts/setup_venv.sh python/requirements-parity.txt
 	@bash scripts/setup_venv.sh python/requirements-bench.txt
 	/usr/bin/python3 bench/peers.py --kiln $(BUILD_DIR)/kiln
 
 # bf16 mixed precision tracks float32: both loss curves of a 200-step gpt-oss-tiny run and a
 # 100-step gpt-oss-small run on the fortunes corpus and their largest deviation; fails past the stated tolerance.
+# Then the bigger-than-one-process model, multi-host, and gpt-oss-small on backend=pjrt (XLA's CPU
+# plugin) beside backend=cpu for 20 steps (losses within 1e-3, step times side by side).
 e2e: build
 	/usr/bin/python3 bench/bf16_loss_curve.py --kiln $(BUILD_DIR)/kiln --steps 200
 	/usr/bin/python3 bench/bf16_loss_curve.py --kiln $(BUILD_DIR)/kiln --model gpt-oss-small --batch 2 --seq 512 \
@@ -84,6 +90,8 @@ e2e: build
 	/usr/bin/python3 tests/e2e/bigger_than_process_test.py --kiln $(BUILD_DIR)/kiln --size large \
 	  --mpirun "mpiexec --allow-run-as-root --oversubscribe"
 	tests/e2e/multihost_test.sh $(BUILD_DIR)/kiln large
+	/usr/bin/python3 bench/pjrt_vs_cpu.py --kiln $(BUILD_DIR)/kiln --model gpt-oss-small --steps 20 --rounds 1 \
+	  --check 1e-3
 
 # The community's reference, both ways: Hugging Face transformers' GptOssForCausalLM against
 # kiln forward / the step's gradients (Kiln -> HF and HF -> Kiln, MXFP4 experts included),

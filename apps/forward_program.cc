@@ -3,7 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
+#include <regex>
 
 #include <unistd.h>
 
@@ -20,6 +20,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A config saved by an older Kiln, in today's keys: `executor` became `backend` (compiled is
+// cpu). Saved configs are Kiln's own YAML dumps, one `key: value` per line.
+std::string renamed_keys(const std::string& yaml) {
+  static const std::regex kCompiled(R"(^executor: "?compiled"?[ \t]*$)", std::regex::multiline);
+  static const std::regex kInterpreter(R"(^executor: "?interpreter"?[ \t]*$)", std::regex::multiline);
+  return std::regex_replace(std::regex_replace(yaml, kCompiled, "backend: cpu"), kInterpreter, "backend: interpreter");
+}
+
 // The checkpoint's resolved config, read back as a CONFIG.yml: its keys win over the model
 // file (override_model_config=true), then the caller's key=value overrides.
 Result<config::Config> checkpoint_config(const std::string& yaml, const std::string& step_dir,
@@ -28,7 +36,7 @@ Result<config::Config> checkpoint_config(const std::string& yaml, const std::str
   const fs::path tmp = fs::temp_directory_path() / fmt::format("kiln-checkpoint-config-{}.yml", ::getpid());
   {
     std::ofstream out(tmp);
-    out << yaml;
+    out << renamed_keys(yaml);
     if (!out.good()) return io_error("writing {}", tmp.string());
   }
   config::LoadOptions options;
@@ -92,8 +100,9 @@ Result<std::unique_ptr<ForwardProgram>> ForwardProgram::load(const std::string& 
   frontend::Tensor target_logit = logits.take(b.targets.expand_dims(-1), -1, 2).squeeze(-1);
   g.set_outputs({logits.named("logits"), (lse - target_logit).named("token_loss")});
   p->module_ = g.release();
-  backend::CompileOptions options;
-  KILN_ASSIGN_OR_RETURN(p->exe_, backend::compile_cpu(*p->module_, options));
+  // The backend the config names (backend=, the checkpoint's or an override).
+  KILN_ASSIGN_OR_RETURN(p->backend_, backend::backend_for(*p->config_));
+  KILN_ASSIGN_OR_RETURN(p->exe_, p->backend_->compile(*p->module_, backend::CompileOptions{}));
   return p;
 }
 
@@ -114,8 +123,7 @@ Status ForwardProgram::compile_gradients() {
   for (ir::Instr* gi : grads) outputs.emplace_back(&g, gi);
   g.set_outputs(outputs);
   grad_module_ = g.release();
-  backend::CompileOptions options;
-  KILN_ASSIGN_OR_RETURN(grad_exe_, backend::compile_cpu(*grad_module_, options));
+  KILN_ASSIGN_OR_RETURN(grad_exe_, backend_->compile(*grad_module_, backend::CompileOptions{}));
   return ok_status();
 }
 

@@ -77,6 +77,7 @@ class ForwardProgram {
 
   std::unique_ptr<config::Config> config_;
   std::unique_ptr<models::Model> model_;
+  const backend::Backend* backend_ = nullptr;  // what compiles the programs (the config's `backend`)
   std::unique_ptr<ir::Module> module_;
   std::unique_ptr<backend::Executable> exe_;
   std::unique_ptr<ir::Module> grad_module_;

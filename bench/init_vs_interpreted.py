@@ -7,7 +7,7 @@ sharded, every process ran the whole program on the reference interpreter; now e
 runs its own shard of it, compiled (train/step/state_init.h). This script runs `kiln train ...
 steps=0` (trace, compile, init, nothing else) three ways and reads the start-up line:
 
-  interpreted   executor=interpreter, one device: the whole program on the interpreter
+  interpreted   backend=interpreter, one device: the whole program on the interpreter
   compiled      the compiled init program, one device
   compiled x2   local_devices=2 ici_fsdp_parallelism=2: each device makes its half
 
@@ -37,7 +37,7 @@ MODELS = {
                                       "base_moe_mlp_dim=1024", "num_experts=16", "base_num_decoder_layers=12"]),
 }
 VARIANTS = [
-    ("interpreted", ["executor=interpreter"]),
+    ("interpreted", ["backend=interpreter"]),
     ("compiled", []),
     ("compiled x2", ["local_devices=2", "ici_fsdp_parallelism=2"]),
 ]
@@ -68,7 +68,7 @@ def main():
     args = parser.parse_args()
     variants = list(VARIANTS)
     if args.before:
-        variants.insert(0, ("interp. before", ["executor=interpreter"]))
+        variants.insert(0, ("interp. before", ["backend=interpreter"]))
 
     rows = []
     for key in args.models.split(","):

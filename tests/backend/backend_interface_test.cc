@@ -32,7 +32,7 @@ TEST(Backends, AreFoundByNameAndAnUnknownNameListsThem) {
   EXPECT_EQ((*interp)->name(), "interpreter");
   auto bad = backend_named("tpu");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "unknown backend 'tpu'; known backends: cpu, interpreter");
+  EXPECT_EQ(bad.status().message(), "unknown backend 'tpu'; known backends: cpu, pjrt, interpreter");
 }
 
 void expect_close(const Buffer& got, const Buffer& want, double tolerance, const std::string& what) {

@@ -1,7 +1,10 @@
 // The measured CPU peaks behind MFU: positive, bf16 at least f32, cached per CPU model and
-// thread count in the cache folder, and a broken cache file is measured again and rewritten.
+// thread count in the cache folder, and a broken cache file is measured again and rewritten;
+// what the Backend interface gives of them (measure_peaks, peaks_for) and of the attention
+// kernels' tiles (kiln plan reads both through it).
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiln/backend/backend.h"
+#include "kiln/backend/cpu/attention/attention_common.h"
 #include "kiln/backend/cpu/gemm/cpu_peak.h"
 
 namespace kiln::backend::cpu {
@@ -56,6 +61,41 @@ TEST(CpuPeak, CachedPerThreadCountAndRemeasuredWhenTheFileIsBroken) {
   EXPECT_TRUE(nlohmann::json::parse(read(dir / "cpu_peak.json")).is_object());
   EXPECT_TRUE(cached_cpu_peak(1, dir.string()).from_cache);
   fs::remove_all(dir);
+}
+
+// The CPU backend's peaks are the cached measurement in the kernel cache's folder; the
+// interpreter measures none of its own, and a run on it divides by the host CPU's.
+TEST(CpuPeak, TheBackendInterfaceGivesTheCachedPeaksAndTheInterpreterRunsOnTheCpus) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("kiln_backend_peaks_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", dir.c_str(), 1), 0);
+  const Result<DevicePeaks> cpu = cpu_backend().measure_peaks(1);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  const CpuPeak cached = cached_cpu_peak(1, dir.string());
+  EXPECT_TRUE(cached.from_cache);  // measure_peaks measured into $KILN_CACHE_DIR
+  EXPECT_EQ(cpu->f32_tflops, cached.f32_tflops);
+  EXPECT_EQ(cpu->bf16_tflops, cached.bf16_tflops);
+  EXPECT_EQ(cpu->device, cached.cpu_model);
+  EXPECT_EQ(cpu->source, "measured on 1 thread of " + cached.cpu_model);
+  EXPECT_NE(cpu->description.find("TFLOP/s f32"), std::string::npos) << cpu->description;
+
+  const Result<DevicePeaks> own = interpreter_backend().measure_peaks(1);
+  EXPECT_EQ(own.status().code(), StatusCode::kUnimplemented);
+  const Result<DevicePeaks> run = peaks_for(interpreter_backend(), 1);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  EXPECT_EQ(run->f32_tflops, cpu->f32_tflops);
+  EXPECT_EQ(run->bf16_tflops, cpu->bf16_tflops);
+  EXPECT_EQ(run->source, cpu->source);
+  EXPECT_NE(run->description.find("cached"), std::string::npos) << run->description;  // measured once
+  unsetenv("KILN_CACHE_DIR");
+  fs::remove_all(dir);
+}
+
+TEST(CpuPeak, TheCpuBackendStatesItsAttentionTilesAndTheInterpreterNone) {
+  EXPECT_EQ(cpu_backend().attention_tiles().queries, attention_detail::kBq);
+  EXPECT_EQ(cpu_backend().attention_tiles().keys, attention_detail::kBk);
+  EXPECT_EQ(interpreter_backend().attention_tiles().queries, 0);
+  EXPECT_EQ(interpreter_backend().attention_tiles().keys, 0);
 }
 
 }  // namespace

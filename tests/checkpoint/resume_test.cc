@@ -40,7 +40,7 @@ config::Config small_config(const std::string& out_dir, const std::string& run_n
   lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "per_device_batch_size=1",
                   "max_target_length=16", "vocab_size=64", "base_num_decoder_layers=2", "base_emb_dim=32",
                   "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=8", "base_mlp_dim=32",
-                  "base_moe_mlp_dim=32", "num_experts=4", "executor=interpreter",
+                  "base_moe_mlp_dim=32", "num_experts=4", "backend=interpreter",
                   "reuse_example_batch=0", "steps=20", "learning_rate=3e-3", "warmup_steps_fraction=0.2",
                   "checkpoint_period=10", "async_checkpointing=false", "run_name=" + run_name,
                   "base_output_directory=" + out_dir};

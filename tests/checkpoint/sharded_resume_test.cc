@@ -48,7 +48,7 @@ config::Config mesh_config(const std::string& out, const std::string& run, const
                   "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
                   "max_target_length=8", "per_device_batch_size=" + std::to_string(4 / devices),
                   "local_devices=" + std::to_string(devices), "steps=20", "learning_rate=1e-2",
-                  "reuse_example_batch=0", "executor=interpreter", "log_period=100", "checkpoint_period=10",
+                  "reuse_example_batch=0", "backend=interpreter", "log_period=100", "checkpoint_period=10",
                   "async_checkpointing=false", "run_name=" + run, "base_output_directory=" + out};
   lo.overrides.insert(lo.overrides.end(), mesh.begin(), mesh.end());
   lo.overrides.insert(lo.overrides.end(), extra.begin(), extra.end());
@@ -171,7 +171,7 @@ ENTRY computation @main {
   const std::string bf16 = bytes_of({0x80003f80u, 0x00017f7fu, 0x0000c049u}).substr(0, 10);
   const std::string step = bytes_of({123456789u});
   backend::CompileOptions options;
-  auto compiled = make_compiled_runner(program, options, nullptr);
+  auto compiled = make_compiled_runner(program, backend::cpu_backend(), options, nullptr);
   ASSERT_TRUE(compiled.ok()) << compiled.status().to_string();
   auto interpreter = make_interpreter_runner(program);
   for (StepRunner* r : {compiled->get(), interpreter.get()}) {

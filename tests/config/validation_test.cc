@@ -97,7 +97,14 @@ TEST(Validation, EnumKeysAcceptOnlyTheirValues) {
   EXPECT_CONTAINS(load_error({"lr_schedule_type=linear"}), "expected one of cosine, wsd");
   EXPECT_CONTAINS(load_error({"dataset_type=tfds"}), "expected one of synthetic, tokens, text");
   EXPECT_CONTAINS(load_error({"opt_type=muon"}), "expected one of adamw, sgd");
-  EXPECT_CONTAINS(load_error({"executor=jit"}), "expected one of compiled, interpreter");
+  EXPECT_CONTAINS(load_error({"backend=jit"}), "expected one of cpu, pjrt, interpreter");
+  EXPECT_CONTAINS(load_error({"pjrt_plugin=gpu"}), "expected cpu, cuda, tpu or a path to a PJRT plugin");
+  // What backend=pjrt cannot do is refused before any work, naming the key.
+  EXPECT_CONTAINS(load_error({"backend=pjrt", "profiler=trace"}), "profiler=trace: backend=pjrt runs the step as one");
+  EXPECT_CONTAINS(load_error({"backend=pjrt", "report=true"}), "report=true: backend=pjrt runs the step as one");
+  EXPECT_CONTAINS(load_error({"backend=pjrt", "pjrt_plugin=cuda"}), "set hardware_peak_tflops");
+  // The key it replaced names its successor.
+  EXPECT_CONTAINS(load_error({"executor=compiled"}), "executor was renamed backend");
   EXPECT_CONTAINS(load_error({"mlp_activations=[silu, swish]"}),
                   "mlp_activations=[silu, swish]: swish is not accepted");
   EXPECT_CONTAINS(load_error({"mu_dtype=int8"}), "expected one of \"\", float32, bfloat16");

@@ -50,7 +50,7 @@ std::vector<double> losses(const std::string& out) {
 
 const char* kTinyTokens =
     "model_name=gpt-oss-tiny override_model_config=true per_device_batch_size=2 max_target_length=16 "
-    "vocab_size=258 base_num_decoder_layers=2 executor=interpreter enable_checkpointing=false "
+    "vocab_size=258 base_num_decoder_layers=2 backend=interpreter enable_checkpointing=false "
     "dataset_type=tokens learning_rate=3e-3 warmup_steps_fraction=0";
 
 TEST(KilnTokenizeCli, IdsAndDecodeRoundTripStdin) {

@@ -49,7 +49,7 @@ def model(s):
         "base_num_kv_heads=2", f"base_num_decoder_layers={s['layers']}", f"vocab_size={s['vocab']}",
         f"num_experts={s['experts']}", "num_experts_per_tok=2", "sliding_window_size=16", "max_target_length=32",
         "learning_rate=1e-3", "adam_eps=1e-6", "log_period=100", "enable_tensorboard=false", "enable_checkpointing=false",
-        "executor=compiled", "reuse_example_batch=0",
+        "backend=cpu", "reuse_example_batch=0",
     ]
 
 

@@ -21,7 +21,7 @@ config::Config moe_config(std::vector<std::string> extra) {
   lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=32", "base_num_query_heads=4",
                   "base_num_kv_heads=2", "head_dim=16", "base_num_decoder_layers=2", "base_moe_mlp_dim=24",
                   "num_experts=4", "num_experts_per_tok=2", "vocab_size=64", "sliding_window_size=4",
-                  "max_target_length=12", "per_device_batch_size=2", "steps=3", "executor=interpreter",
+                  "max_target_length=12", "per_device_batch_size=2", "steps=3", "backend=interpreter",
                   "reuse_example_batch=1", "enable_checkpointing=false",
                   "run_name=" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()),
                   "base_output_directory=" + out};

@@ -32,7 +32,7 @@ std::vector<double> train_losses(const std::string& dtype) {
       KILN_BINARY,
       "train model_name=gpt-oss-tiny override_model_config=true per_device_batch_size=1 max_target_length=64 "
       "base_num_decoder_layers=2 vocab_size=256 reuse_example_batch=1 steps=20 learning_rate=1e-3 "
-      "enable_checkpointing=false executor=compiled weight_dtype=float32 dtype=" +
+      "enable_checkpointing=false backend=cpu weight_dtype=float32 dtype=" +
           dtype + " run_name=run base_output_directory=" + dir);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   std::vector<double> losses;

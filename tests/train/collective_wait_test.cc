@@ -62,7 +62,7 @@ TEST(CollectiveWait, ShardedStepsReportIt) {
                   "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
                   "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
                   "max_target_length=8", "per_device_batch_size=1", "local_devices=2", "ici_fsdp_parallelism=2",
-                  "steps=2", "executor=interpreter", "enable_checkpointing=false", "enable_tensorboard=true",
+                  "steps=2", "backend=interpreter", "enable_checkpointing=false", "enable_tensorboard=true",
                   "run_name=wait", "base_output_directory=" + out.string()};
   std::unique_ptr<Trainer> trainer = testing::make_quiet_trainer(lo, /*write_metrics_file=*/false);
   ASSERT_TRUE(trainer->run().ok());

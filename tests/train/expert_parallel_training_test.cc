@@ -27,8 +27,8 @@ namespace {
 std::vector<std::string> model_overrides(int64_t devices) { return testing::sharded_tiny_overrides(devices); }
 
 std::vector<double> run_losses(const std::vector<std::string>& extra, int64_t devices, const std::string& name,
-                               const std::string& executor, int steps) {
-  return testing::sharded_tiny_losses(extra, devices, "ep_" + name, executor, steps);
+                               const std::string& backend, int steps) {
+  return testing::sharded_tiny_losses(extra, devices, "ep_" + name, backend, steps);
 }
 
 // `kiln compile --json` of the test model on `devices` devices with `extra` settings, its
@@ -71,8 +71,8 @@ TEST(ExpertParallelTraining, CapacityDropsTheSamePairsAsOneDevice) {
 }
 
 TEST(ExpertParallelTraining, CompiledFsdpTimesExpertMatchesOneDevice) {
-  std::vector<double> want = run_losses({}, 1, "compiled_single", "compiled", 3);
-  expect_same(run_losses({"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, 4, "compiled_fsdp2expert2", "compiled", 3),
+  std::vector<double> want = run_losses({}, 1, "compiled_single", "cpu", 3);
+  expect_same(run_losses({"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, 4, "compiled_fsdp2expert2", "cpu", 3),
               want);
 }
 

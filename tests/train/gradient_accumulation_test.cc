@@ -30,7 +30,7 @@ std::vector<double> losses(int64_t devices, int64_t per_device_batch, int64_t ac
   extra.push_back("per_device_batch_size=" + std::to_string(per_device_batch));
   extra.push_back("gradient_accumulation_steps=" + std::to_string(accumulation));
   extra.push_back(reuse ? "reuse_example_batch=1" : "reuse_example_batch=0");
-  return testing::sharded_tiny_losses(extra, devices, "accum_" + name, "compiled", kSteps);
+  return testing::sharded_tiny_losses(extra, devices, "accum_" + name, "cpu", kSteps);
 }
 
 void expect_equal_losses(const std::vector<double>& got, const std::vector<double>& want) {

@@ -1,4 +1,4 @@
-// executor=interpreter traces: the interpreter's instruction hook gives one span per
+// backend=interpreter traces: the interpreter's instruction hook gives one span per
 // evaluated instruction on the device track, like the compiled executable's observer, so a
 // profiled interpreter run has GEMM and op events and an attribution table with a gemm row.
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@ TEST(InterpreterTrace, EveryEvaluatedInstructionIsASpanOnTheDeviceTrack) {
   lo.overrides = {"model_name=gpt-oss-tiny", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=64",
                   "base_moe_mlp_dim=32", "head_dim=16", "base_num_query_heads=4", "base_num_kv_heads=2",
                   "base_num_decoder_layers=2", "vocab_size=64", "num_experts=4", "sliding_window_size=8",
-                  "max_target_length=8", "per_device_batch_size=1", "steps=2", "executor=interpreter",
+                  "max_target_length=8", "per_device_batch_size=1", "steps=2", "backend=interpreter",
                   "profiler=trace", "skip_first_n_steps_for_profiler=1", "profiler_steps=1",
                   "enable_checkpointing=false", "enable_tensorboard=false", "run_name=interp",
                   "base_output_directory=" + out.string()};

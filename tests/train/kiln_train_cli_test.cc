@@ -27,7 +27,7 @@ std::string out_dir(const std::string& name) {
 // gpt-oss-tiny cut to 2 layers, vocabulary 64 and 16 tokens, so a step takes well under a second.
 const char* kSmallGptOss =
     "model_name=gpt-oss-tiny override_model_config=true per_device_batch_size=1 max_target_length=16 "
-    "vocab_size=64 base_num_decoder_layers=2 executor=interpreter reuse_example_batch=1";
+    "vocab_size=64 base_num_decoder_layers=2 backend=interpreter reuse_example_batch=1";
 
 TEST(KilnTrainCli, ShortRunLogsMaxTextLinesAndTheLossFalls) {
   std::string dir = out_dir("run");

@@ -47,14 +47,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--mpirun", required=True, help="launcher command for 2 ranks")
-    ap.add_argument("--executor", default="interpreter")
+    ap.add_argument("--backend", default="interpreter")
     ap.add_argument("--losses_only", action="store_true", help="skip the checkpoint, resume and failure checks")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", KILN_PROGRESS="off", KILN_COLLECTIVE_TIMEOUT_S="120",
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
     out = tempfile.mkdtemp(prefix="kiln_mpi_training_")
     try:
-        common = MODEL + [f"executor={args.executor}", f"base_output_directory={out}"]
+        common = MODEL + [f"backend={args.backend}", f"base_output_directory={out}"]
         run([args.kiln, "train"] + common + ["per_device_batch_size=4", "local_devices=1", "ici_fsdp_parallelism=1",
                                              "enable_checkpointing=false", "run_name=one"], env)
         log = run(shlex.split(args.mpirun) + [args.kiln, "train"] + common + [
@@ -110,7 +110,7 @@ def main():
         open(blocker, "w").close()
         start = time.monotonic()
         p = subprocess.run(shlex.split(args.mpirun) + [args.kiln, "train"] + MODEL + [
-            f"executor={args.executor}", f"base_output_directory={blocker}", "per_device_batch_size=1",
+            f"backend={args.backend}", f"base_output_directory={blocker}", "per_device_batch_size=1",
             "local_devices=2", "ici_fsdp_parallelism=4", "enable_checkpointing=false", "run_name=bad"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
         took = time.monotonic() - start

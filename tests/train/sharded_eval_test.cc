@@ -25,7 +25,7 @@ struct EvalRun {
 
 // Two steps of the shrunk gpt-oss-tiny on fortunes (bytes), then the eval loss on 2 batches.
 EvalRun eval_after_two_steps(const std::vector<std::string>& mesh, int64_t devices, const std::string& name,
-                             const std::string& executor) {
+                             const std::string& backend) {
   const fs::path out = fs::path(::testing::TempDir()) / ("kiln_sharded_eval_" + name + "_" + std::to_string(getpid()));
   fs::remove_all(out);
   config::LoadOptions lo;
@@ -36,7 +36,7 @@ EvalRun eval_after_two_steps(const std::vector<std::string>& mesh, int64_t devic
        {std::string("vocab_size=258"), std::string("steps=2"), std::string("learning_rate=1e-2"),
         std::string("dataset_type=text"), std::string("dataset_path=/usr/share/games/fortunes"),
         std::string("tokenizer_type=bytes"), "dataset_cache_dir=" + (out / "corpus").string(),
-        std::string("eval_interval=2"), std::string("eval_steps=2"), "executor=" + executor,
+        std::string("eval_interval=2"), std::string("eval_steps=2"), "backend=" + backend,
         std::string("enable_checkpointing=false"), "run_name=" + name, "base_output_directory=" + out.string()}) {
     lo.overrides.push_back(s);
   }
@@ -62,10 +62,10 @@ EvalRun eval_after_two_steps(const std::vector<std::string>& mesh, int64_t devic
   return r;
 }
 
-const EvalRun& one_device(const std::string& executor) {
-  static const EvalRun compiled = eval_after_two_steps({}, 1, "one_compiled", "compiled");
+const EvalRun& one_device(const std::string& backend) {
+  static const EvalRun compiled = eval_after_two_steps({}, 1, "one_compiled", "cpu");
   static const EvalRun interpreted = eval_after_two_steps({}, 1, "one_interpreted", "interpreter");
-  return executor == "compiled" ? compiled : interpreted;
+  return backend == "cpu" ? compiled : interpreted;
 }
 
 class ShardedEval : public ::testing::TestWithParam<std::vector<std::string>> {};
@@ -73,8 +73,8 @@ class ShardedEval : public ::testing::TestWithParam<std::vector<std::string>> {}
 TEST_P(ShardedEval, EachDeviceReadsItsShardsAndTheLossIsTheOneDeviceLoss) {
   const std::vector<std::string>& mesh = GetParam();
   const std::string name = testing::mesh_name(mesh);
-  const EvalRun sharded = eval_after_two_steps(mesh, 4, name, "compiled");
-  const EvalRun& reference = one_device("compiled");
+  const EvalRun sharded = eval_after_two_steps(mesh, 4, name, "cpu");
+  const EvalRun& reference = one_device("cpu");
   EXPECT_GT(reference.loss, 1.0);  // near ln 258 after two steps from the initial parameters
   EXPECT_LT(reference.loss, 8.0);
   EXPECT_FALSE(reference.some_parameter_is_a_shard);
@@ -92,6 +92,18 @@ TEST(ShardedEval, OnTheInterpreterTooEachDeviceReadsItsShards) {
                                                "fsdp2expert2_interpreted", "interpreter");
   EXPECT_TRUE(sharded.some_parameter_is_a_shard);
   EXPECT_NEAR(sharded.loss, one_device("interpreter").loss, 1e-5 * one_device("interpreter").loss);
+}
+
+// backend=pjrt: the eval program reads the parameters where the step keeps them (XLA device
+// buffers), on one device and as one XLA program over a mesh, with the CPU backend's loss
+// (XLA's own summation order: 1e-5 relative).
+TEST(ShardedEval, OnPjrtTheLossIsTheCpuBackendsOnOneDeviceAndOnAMesh) {
+  const EvalRun one = eval_after_two_steps({}, 1, "one_pjrt", "pjrt");
+  EXPECT_NEAR(one.loss, one_device("cpu").loss, 1e-5 * one_device("cpu").loss);
+  const EvalRun sharded = eval_after_two_steps({"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, 4,
+                                               "fsdp2expert2_pjrt", "pjrt");
+  EXPECT_TRUE(sharded.some_parameter_is_a_shard);
+  EXPECT_NEAR(sharded.loss, one_device("cpu").loss, 1e-5 * one_device("cpu").loss);
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ inline std::unique_ptr<Trainer> make_quiet_trainer(const config::LoadOptions& lo
 // `steps` steps on one batch (learning rate 1e-2, no checkpoints) with `extra` settings (the
 // mesh), outputs under the test temp dir in `run_name`; the losses, step by step.
 inline std::vector<double> sharded_tiny_losses(const std::vector<std::string>& extra, int64_t devices,
-                                               const std::string& run_name, const std::string& executor, int steps) {
+                                               const std::string& run_name, const std::string& backend, int steps) {
   // The process id in the name: ctest runs each parameter of a test in a process of its own,
   // at the same time, and several of them train the same one-device reference run.
   std::filesystem::path out =
@@ -68,7 +68,7 @@ inline std::vector<double> sharded_tiny_losses(const std::vector<std::string>& e
   config::LoadOptions lo;
   lo.overrides = sharded_tiny_overrides(devices);
   for (const std::string& s : {"steps=" + std::to_string(steps), std::string("learning_rate=1e-2"),
-                               std::string("reuse_example_batch=1"), "executor=" + executor,
+                               std::string("reuse_example_batch=1"), "backend=" + backend,
                                std::string("enable_checkpointing=false"), std::string("log_period=100"),
                                "run_name=" + run_name, "base_output_directory=" + out.string()}) {
     lo.overrides.push_back(s);

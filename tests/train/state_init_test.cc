@@ -28,11 +28,11 @@ namespace {
 // The parameters right after Trainer::create (assembled from the shards for the test).
 std::vector<ir::Literal> initial_params(const std::vector<std::string>& mesh, int64_t devices, const std::string& name,
                                         const std::vector<std::string>& extra = {},
-                                        const std::string& executor = "compiled") {
+                                        const std::string& backend = "cpu") {
   std::filesystem::path out = ::kiln::testing::temp_path("kiln_init_" + name);
   config::LoadOptions lo;
   lo.overrides = testing::sharded_tiny_overrides(devices);
-  for (const std::string& s : {std::string("steps=0"), "executor=" + executor,
+  for (const std::string& s : {std::string("steps=0"), "backend=" + backend,
                                std::string("enable_checkpointing=false"), "run_name=" + name,
                                "base_output_directory=" + out.string()}) {
     lo.overrides.push_back(s);
@@ -83,7 +83,7 @@ TEST(StateInit, OneDeviceEqualsTheInterpretedGlobalInitProgram) {
   EXPECT_GT(sum, 1.0);
 }
 
-// executor=interpreter makes the same shards on the reference interpreter.
+// backend=interpreter makes the same shards on the reference interpreter.
 TEST(StateInit, InterpreterExecutorMakesTheSameValues) {
   expect_bit_identical(initial_params({}, 1, "single_interp", {}, "interpreter"), one_device(), "interpreter");
   expect_bit_identical(initial_params({"ici_fsdp_parallelism=4"}, 4, "fsdp4_interp", {}, "interpreter"), one_device(),

@@ -38,7 +38,7 @@ std::string temp_dir(const std::string& name) {
 config::Config tiny_config(const std::string& out_dir, std::vector<std::string> extra = {}) {
   config::LoadOptions lo;
   lo.overrides = {"vocab_size=32", "per_device_batch_size=2", "max_target_length=8", "steps=12",
-                  "learning_rate=3e-2", "warmup_steps_fraction=0.1", "executor=interpreter",
+                  "learning_rate=3e-2", "warmup_steps_fraction=0.1", "backend=interpreter",
                   "reuse_example_batch=1", "log_period=1", "run_name=tiny",
                   "base_output_directory=" + out_dir};
   lo.overrides.insert(lo.overrides.end(), extra.begin(), extra.end());
@@ -127,7 +127,7 @@ TEST(Trainer, SameConfigAndSeedGiveBitwiseIdenticalRuns) {
 
 TEST(Trainer, CompiledExecutorMatchesTheInterpreterAndIsDeterministic) {
   config::Config interp_cfg = tiny_config(temp_dir("interp"), {"steps=6"});
-  config::Config compiled_cfg = tiny_config(temp_dir("compiled"), {"steps=6", "executor=compiled"});
+  config::Config compiled_cfg = tiny_config(temp_dir("compiled"), {"steps=6", "backend=cpu"});
   auto i = make_trainer(interp_cfg, std::make_unique<testing::TinyLm>(kVocab, kDim));
   auto c1 = make_trainer(compiled_cfg, std::make_unique<testing::TinyLm>(kVocab, kDim));
   auto c2 = make_trainer(compiled_cfg, std::make_unique<testing::TinyLm>(kVocab, kDim));

@@ -31,7 +31,7 @@ config::Config tiny_config(const std::string& run_name, int64_t devices, std::ve
   lo.overrides = testing::sharded_tiny_overrides(devices);
   for (const std::string& s :
        {std::string("dtype=bfloat16"), std::string("weight_dtype=float32"), std::string("learning_rate=1e-2"),
-        std::string("reuse_example_batch=0"), std::string("executor=compiled"), std::string("log_period=100"),
+        std::string("reuse_example_batch=0"), std::string("backend=cpu"), std::string("log_period=100"),
         std::string("enable_checkpointing=false"), "run_name=" + run_name, "base_output_directory=" + out.string()}) {
     lo.overrides.push_back(s);
   }
@@ -58,7 +58,7 @@ void expect_identical_with_and_without_copies(int64_t devices, const std::vector
   std::unique_ptr<Trainer> with = make_trainer(tiny_config("on" + tag, devices, on));
   std::unique_ptr<Trainer> without = make_trainer(tiny_config("off" + tag, devices, off));
   EXPECT_EQ(without->program().num_copies(), 0);
-  const bool interpreter = std::find(mesh.begin(), mesh.end(), "executor=interpreter") != mesh.end();
+  const bool interpreter = std::find(mesh.begin(), mesh.end(), "backend=interpreter") != mesh.end();
   EXPECT_NE(std::string(with->executor_name()).find(interpreter ? "reference interpreter" : "compiled CPU executable"),
             std::string::npos)
       << with->executor_name();
@@ -89,7 +89,7 @@ TEST(WeightCopies, Bf16StepsAreBitIdenticalWithAndWithoutCopies) {
 
 TEST(WeightCopies, Bf16StepsAreBitIdenticalOnTheInterpreterToo) {
   // The host cast that makes the first copies rounds as the interpreter's convert does.
-  expect_identical_with_and_without_copies(1, {"executor=interpreter"}, 3);
+  expect_identical_with_and_without_copies(1, {"backend=interpreter"}, 3);
 }
 
 TEST(WeightCopies, ShardedOverFsdpTheCopiesAreGatheredAndStepsStayBitIdentical) {

@@ -19,6 +19,10 @@
 
 namespace kiln::backend {
 
+// Where backends keep what they build and measure (the CPU's kernels and peaks, kiln plan's
+// calibrated targets): $KILN_CACHE_DIR, else $HOME/.cache/kiln, else ./.cache/kiln.
+std::string default_cache_dir();
+
 struct CompileOptions {
   std::string dump_dir;        // "" = none: else the optimized IR and kernel sources go here
   std::string cache_dir;       // "" = $KILN_CACHE_DIR or ~/.cache/kiln
@@ -34,6 +38,10 @@ struct CompileOptions {
   // KILN_ASYNC_COLLECTIVES=0 and KILN_OVERLAP_LIMIT_MB override them.
   bool async_collectives = true;
   int64_t overlap_limit_bytes = -1;
+  // The mesh the per-device program was partitioned for (default: one device). The CPU
+  // backend learns each device's place at run time from the runtime; a PJRT backend compiles
+  // one program for every replica, so its collectives' replica groups come from here.
+  config::Mesh mesh;
 
   // What a run's config says (dump_ir, verify_each, remat_policy): the one place these keys
   // are read for compiling. Callers add what is theirs (the step's donations, ...).
@@ -94,6 +102,32 @@ class InstructionObserver {
   virtual void on_instruction(const ir::Instr& instr, int64_t begin_ns, int64_t end_ns) = 0;
 };
 
+// A value where an executable runs: device memory on an accelerator (PJRT), a host Buffer on
+// the CPU backend and the interpreter (no copy either way). The training state lives in these
+// across steps; host copies are made only for metrics, checkpoints, eval output and tests.
+class DeviceValue {
+ public:
+  virtual ~DeviceValue() = default;
+  virtual const ir::Shape& shape() const = 0;
+  // A host copy (a host-resident value shares its storage instead: no copy).
+  virtual Result<Buffer> to_host() const = 0;
+  // The Buffer itself when the value lives on the host, else null.
+  virtual const Buffer* host() const { return nullptr; }
+};
+using DeviceValues = std::vector<std::unique_ptr<DeviceValue>>;
+
+// A host Buffer seen as a DeviceValue (the CPU backend and the interpreter run on the host).
+class HostValue final : public DeviceValue {
+ public:
+  explicit HostValue(Buffer buffer) : buffer_(std::move(buffer)) {}
+  const ir::Shape& shape() const override { return buffer_.shape(); }
+  Result<Buffer> to_host() const override { return buffer_; }
+  const Buffer* host() const override { return &buffer_; }
+
+ private:
+  Buffer buffer_;
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -107,6 +141,19 @@ class Executable {
   // what a cost model (kiln plan) walks to predict the step.
   virtual std::vector<const ir::Instr*> schedule() const = 0;
 
+  // Device-resident execution. `to_device` places a host value where replica `replica` of
+  // this executable runs; `run_on_device` runs on such values and leaves the results there.
+  // A donated argument (CompileOptions::donated) is consumed: the caller replaces it with the
+  // output it became. The defaults serve host backends: no copies, run() underneath.
+  virtual Result<std::unique_ptr<DeviceValue>> to_device(Buffer host, int replica = 0) const;
+  virtual Result<DeviceValues> run_on_device(std::span<DeviceValue* const> args);
+
+  // How many devices one execution covers: 1, or every device of the mesh for a backend that
+  // runs one program on all of them (XLA's replica mode). Such an executable runs them all at
+  // once: args[r] are replica r's arguments.
+  virtual int num_replicas() const { return 1; }
+  virtual Result<std::vector<DeviceValues>> run_replicas_on_device(const std::vector<std::vector<DeviceValue*>>& args);
+
  protected:
   InstructionObserver* observer_ = nullptr;
 };
@@ -117,15 +164,67 @@ class Executable {
 Result<std::unique_ptr<ir::Module>> run_compile_pipeline(const ir::Module& source, const CompileOptions& options,
                                                          const passes::BackendPolicy& policy, CompileReport& report);
 
+// One device's arithmetic peaks: the denominator of MFU and of the attribution table's
+// "% of peak", and kiln plan's roofline.
+struct DevicePeaks {
+  double f32_tflops = 0;
+  double bf16_tflops = 0;   // the f32 peak where the device has no faster bf16 path
+  std::string device;       // what was measured: "AMD EPYC 9R14 96-Core Processor"
+  std::string source;       // short: "measured on 2 threads of AMD EPYC ..."
+  std::string description;  // the log's: "0.534 TFLOP/s f32, 1.02 TFLOP/s bf16 (measured in 0.31 s on ...)"
+};
+
+// The tiles a backend's attention kernels walk the score matrix in, query rows by key
+// columns: what a cost model counts visited (query, key) pairs on (kiln plan). 0: untiled.
+struct AttentionTiles {
+  int64_t queries = 0;
+  int64_t keys = 0;
+};
+
 // A backend turns a module into an executable: it runs the compile pipeline
 // (passes/compile_pipeline.h) with the policy of what it can run, then lowers what is left.
 // Nothing here assumes a CPU: a CUDA backend implements the same two calls.
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string_view name() const = 0;
+  virtual std::string_view name() const = 0;  // the `backend` key's value: "cpu", "pjrt", "interpreter"
+  // What the log says runs the step: "compiled CPU executable", "reference interpreter", ...
+  virtual std::string description() const = 0;
   virtual Result<std::unique_ptr<Executable>> compile(const ir::Module& module, const CompileOptions& options) const = 0;
+  // Whether a program this backend cannot compile may run on the reference interpreter
+  // instead, with a note (the CPU backend: every op has a reference evaluation on the same
+  // host). A device backend says no: a program it cannot run is an error named before work.
+  virtual bool falls_back_to_interpreter() const { return false; }
+  // Whether one compiled program runs every device of the mesh at once (XLA's replica mode)
+  // instead of one executable per device.
+  virtual bool one_program_for_all_devices() const { return false; }
+  // The peaks of one device running `threads_per_device` threads, measured or cached (the CPU
+  // backend: cpu/gemm/cpu_peak.h, cached per CPU model and thread count). Unimplemented where
+  // the backend cannot measure its devices; peaks_for() then stands in.
+  virtual Result<DevicePeaks> measure_peaks(int threads_per_device) const {
+    (void)threads_per_device;
+    return unimplemented("backend={} does not measure its devices' peaks", name());
+  }
+  // Its attention kernels' tiles, for kiln plan's attention cost ({0, 0}: none it states).
+  virtual AttentionTiles attention_tiles() const { return {}; }
 };
+
+// One executable per local device of `options.mesh` (devices first_device ..
+// first_device + local_devices - 1): separate compiles where each device runs its own copy
+// (backend=cpu: an executable runs on one thread at a time), or one compile for a backend
+// that runs every device as one program, seen through replica_views. Given a fallback_reason,
+// where the backend cannot compile the module and falls back (falls_back_to_interpreter), the
+// reference interpreter's executables instead, with the failure in *fallback_reason (else left
+// empty): the one place a run falls back to the interpreter. Defined with the name table
+// (backend_table.cc, library kiln_backends).
+Result<std::vector<std::unique_ptr<Executable>>> compile_for_devices(const Backend& backend, const ir::Module& module,
+                                                                     const CompileOptions& options,
+                                                                     int64_t first_device, int64_t local_devices,
+                                                                     std::string* fallback_reason = nullptr);
+
+// One executable per replica of `exe` (which runs num_replicas() devices at once): views whose
+// run()/run_on_device() from each device's thread meet and go as one execution.
+std::vector<std::unique_ptr<Executable>> replica_views(std::unique_ptr<Executable> exe);
 
 // This machine's CPU: generated loop kernels, library GEMMs, hand-written attention and
 // grouped matmuls (backend/cpu/).
@@ -134,8 +233,16 @@ const Backend& cpu_backend();
 // without loop fusion or async collectives, then every instruction by its reference
 // evaluation. Slow and exact; it proves the interface carries no CPU assumption.
 const Backend& interpreter_backend();
-// By name: "cpu" or "interpreter" (an unknown name is an error listing both).
+// By name: "cpu", "interpreter", or "pjrt" (XLA's CPU plugin, one device); an unknown name is
+// an error listing them. Defined with the name table (backend_table.cc, library kiln_backends).
 Result<const Backend*> backend_named(std::string_view name);
+// The backend a run's config names: `backend`, and for pjrt the plugin (`pjrt_plugin`) with
+// one device per local device of the mesh; made once per process and kept.
+Result<const Backend*> backend_for(const config::Config& config);
+// The peaks a run on `backend` divides by (MFU): backend.measure_peaks, or where that is
+// unimplemented (the interpreter, PJRT) this host CPU's, as the CPU backend measures them.
+// Defined with the name table (kiln_backends).
+Result<DevicePeaks> peaks_for(const Backend& backend, int threads_per_device);
 
 // cpu_backend().compile(module, options).
 Result<std::unique_ptr<Executable>> compile_cpu(const ir::Module& module, const CompileOptions& options);

@@ -1,9 +1,17 @@
 #include "kiln/backend/backend.h"
 
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <string_view>
 
 namespace kiln::backend {
+
+std::string default_cache_dir() {
+  if (const char* env = std::getenv("KILN_CACHE_DIR"); env && *env) return env;
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/kiln";
+  return ".cache/kiln";
+}
 
 CompileOptions CompileOptions::from_config(const config::Config& config) {
   CompileOptions options;

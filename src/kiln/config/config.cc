@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -64,6 +65,11 @@ bool same_contents(const std::string& a, const std::string& b) {
 }
 
 std::string suggestion(std::string_view key, const std::vector<std::string>& keys) {
+  // Keys Kiln once had, and what replaced them.
+  static const std::map<std::string_view, std::string_view> kRenamed = {
+      {"executor", "backend (executor=compiled is backend=cpu, executor=interpreter is backend=interpreter)"},
+  };
+  if (auto r = kRenamed.find(key); r != kRenamed.end()) return fmt::format(" ({} was renamed {})", key, r->second);
   std::string match = closest_match(key, keys);
   return match.empty() ? std::string() : fmt::format(" (did you mean {}?)", match);
 }

@@ -311,12 +311,52 @@ Status check_exclusive_keys(const Config& c) {
   return ok_status();
 }
 
+// pjrt_plugin names one of the pinned wheels or a plugin file (backend/pjrt/plugin_path.h
+// finds it; whether it exists is checked when backend=pjrt loads it).
+Status check_pjrt_plugin(const Config& c) {
+  const std::string& plugin = c.get_string("pjrt_plugin");
+  const bool named = plugin == "cpu" || plugin == "cuda" || plugin == "tpu";
+  const bool path = plugin.find('/') != std::string::npos || plugin.ends_with(".so");
+  if (!named && !path) {
+    return invalid_argument("{}: expected cpu, cuda, tpu or a path to a PJRT plugin (.so)", setting(c, "pjrt_plugin"));
+  }
+  return ok_status();
+}
+
+// What backend=pjrt cannot do, said before any work: XLA runs the whole step as one program
+// (no per-kernel spans for a trace or the attribution table), every device of the mesh from
+// one process (the plugin's devices), and Kiln measures only this CPU's peak for MFU.
+Status check_pjrt_keys(const Config& c, int64_t num_ranks) {
+  if (c.get_string("backend") != "pjrt") return ok_status();
+  if (!c.get_string("profiler").empty()) {
+    return invalid_argument("{}: backend=pjrt runs the step as one XLA program, without Kiln's per-kernel spans; "
+                            "profile with backend=cpu, or leave profiler unset",
+                            setting(c, "profiler"));
+  }
+  if (c.get_bool("report")) {
+    return invalid_argument("{}: backend=pjrt runs the step as one XLA program, without Kiln's per-kernel spans for "
+                            "the attribution table; use backend=cpu for it",
+                            setting(c, "report"));
+  }
+  if (num_ranks > 1) {
+    return invalid_argument("backend=pjrt runs every device of the mesh from one process (the plugin's devices), "
+                            "not {} MPI ranks: run it without mpirun",
+                            num_ranks);
+  }
+  if (c.get_string("pjrt_plugin") != "cpu" && c.get_float("hardware_peak_tflops") <= 0) {
+    return invalid_argument("{}: set hardware_peak_tflops to the device's peak with backend=pjrt on an accelerator "
+                            "(MFU divides by it; Kiln measures only this machine's CPU)",
+                            setting(c, "pjrt_plugin"));
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 const std::vector<std::pair<std::string, std::vector<std::string>>>& enum_keys() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kEnums = {
       {"decoder_block", {"gpt_oss"}},
-      {"executor", {"compiled", "interpreter"}},
+      {"backend", {"cpu", "pjrt", "interpreter"}},
       {"hardware", {"cpu"}},
       {"dtype", {"float32", "bfloat16"}},
       {"weight_dtype", {"float32", "bfloat16"}},
@@ -345,6 +385,8 @@ Result<Derived> validate_and_derive(const Config& c, int64_t num_ranks) {
   KILN_RETURN_IF_ERROR(check_int_ranges(c));
   KILN_RETURN_IF_ERROR(check_float_ranges(c));
   KILN_RETURN_IF_ERROR(check_exclusive_keys(c));
+  KILN_RETURN_IF_ERROR(check_pjrt_plugin(c));
+  KILN_RETURN_IF_ERROR(check_pjrt_keys(c, num_ranks));
   Derived d;
   KILN_RETURN_IF_ERROR(derive_model_shape(c, d));
   KILN_RETURN_IF_ERROR(derive_devices_and_mesh(c, num_ranks, d));

@@ -1,5 +1,5 @@
 // The interpreter with a per-instruction hook: what profiles and traces of
-// executor=interpreter are built from (the compiled executable has
+// backend=interpreter are built from (the compiled executable has
 // backend::InstructionObserver; the interpreter sits below the backend, so it has its own).
 // A separate header so the many users of interpreter.h do not see <functional>.
 #pragma once

@@ -21,9 +21,6 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/buffer.h"
-#include "kiln/backend/cpu/attention/attention_common.h"
-#include "kiln/backend/cpu/codegen/compile_cache.h"
-#include "kiln/backend/cpu/gemm/cpu_peak.h"
 #include "kiln/base/check.h"
 #include "kiln/ir/parser.h"
 #include "kiln/ops/device_context.h"
@@ -120,8 +117,8 @@ struct TimedKernel {
   std::optional<AttentionWork> attention;  // an attention kernel's work on the CPU's tiles
 };
 
-// The CPU flash kernels' tiles (backend/cpu/attention).
-constexpr int64_t kTileQ = backend::cpu::attention_detail::kBq, kTileK = backend::cpu::attention_detail::kBk;
+// The tiles the CPU backend's flash kernels walk (query rows, key columns).
+backend::AttentionTiles cpu_tiles() { return backend::cpu_backend().attention_tiles(); }
 
 struct StepTiming {
   std::vector<TimedKernel> kernels;  // device 0's compute kernels, over the measured steps
@@ -232,7 +229,7 @@ Result<StepTiming> time_steps(const std::vector<std::string>& settings, const st
           {*it->second, std::string(ir::opcode_name(s.instr->opcode())),
            it->second->kind == KernelKind::kFused ? fusion_signature(*s.instr) : std::string(),
            computes_in_bf16(*s.instr), result_dtype(*s.instr), s.seconds,
-           attention_work(*s.instr, kTileQ, kTileK)});
+           attention_work(*s.instr, cpu_tiles().queries, cpu_tiles().keys)});
     }
   }
   timing.link_collective_s = predict_step(last_step, cfg.derived().mesh, links).collective_s;
@@ -283,7 +280,7 @@ Result<double> time_alone(const ir::Module& module, int64_t devices, int repeats
                           const std::function<double(const ir::Instr& param)>& scale) {
   std::vector<double> best(static_cast<size_t>(devices), 1e30);
   KILN_RETURN_IF_ERROR(runtime::run_on_devices(devices, [&](int64_t d) -> Status {
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::compile_cpu(module, {}));
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe, backend::cpu_backend().compile(module, {}));
     std::vector<backend::Buffer> args;
     for (const ir::Instr* p : module.entry()->params()) args.push_back(filled(p->shape(), scale(*p)));
     for (int rep = 0; rep <= repeats; ++rep) {
@@ -399,7 +396,7 @@ Status calibrate_attention(Target& t, int64_t config_head_dim, int64_t devices,
                         sweep_attention(devices, attention_sweep_shapes(config_head_dim)));
   AttentionModel& m = t.attention;
   m = {};
-  m.tile_q = kTileQ, m.tile_k = kTileK;
+  m.tile_q = cpu_tiles().queries, m.tile_k = cpu_tiles().keys;
   std::map<std::tuple<std::string, bool, int64_t>, std::vector<AttentionSample>> groups;
   for (const AttentionSample& s : sweep) groups[{s.work.op, s.work.bf16, s.work.head_dim}].push_back(s);
   for (const auto& [key, samples] : groups) {
@@ -557,7 +554,7 @@ Result<std::vector<AttentionSample>> sweep_attention(int64_t devices, const std:
       KILN_ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> module, ir::parse_module(attention_program(shape, grad)));
       AttentionSample sample;
       sample.shape = shape;
-      sample.work = *attention_work(*module->entry()->root(), kTileQ, kTileK);
+      sample.work = *attention_work(*module->entry()->root(), cpu_tiles().queries, cpu_tiles().keys);
       // Parameters: q, k, v, sinks, segment ids [, out, lse, dout, dlse]. lse 0 keeps
       // p = exp(s - lse) finite in the backward.
       KILN_ASSIGN_OR_RETURN(sample.seconds, time_alone(*module, devices, repeats, [](const ir::Instr& p) {
@@ -740,11 +737,11 @@ Result<Target> calibrate_cpu(const std::vector<std::string>& settings, const Cal
   const int threads = runtime::threads_per_device(devices);
   Target t;
   t.name = "cpu";
-  const backend::cpu::CpuPeak peak = backend::cpu::cached_cpu_peak(threads, backend::cpu::default_cache_dir());
+  KILN_ASSIGN_OR_RETURN(const backend::DevicePeaks peak, backend::cpu_backend().measure_peaks(threads));
   t.peak_tflops_f32 = peak.f32_tflops;
   t.peak_tflops_bf16 = peak.bf16_tflops;
-  log("peaks: " + backend::cpu::describe(peak));
-  t.description = fmt::format("{}, {} thread(s) per device, {} virtual device(s) per process", peak.cpu_model,
+  log("peaks: " + peak.description);
+  t.description = fmt::format("{}, {} thread(s) per device, {} virtual device(s) per process", peak.device,
                               threads, devices);
   t.memory_bandwidth_gbs = measure_bandwidth_gbs(devices);
   log(fmt::format("memory bandwidth: {:.1f} GB/s per device ({} device(s) at once)", t.memory_bandwidth_gbs, devices));

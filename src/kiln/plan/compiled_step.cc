@@ -19,7 +19,9 @@ Result<CompiledStep> compile_step(const config::Config& cfg, const std::string& 
   if (!dump_dir.empty()) options.dump_dir = dump_dir;
   // As the trainer runs it: the state (outputs 0 .. num_state) updated in place.
   for (int64_t i = 0; i < c.program.num_state(); ++i) options.donated.push_back({i, i});
-  KILN_ASSIGN_OR_RETURN(c.executable, backend::compile_cpu(*c.program.module, options));
+  options.mesh = c.mesh;  // a PJRT backend compiles one program for every replica of it
+  KILN_ASSIGN_OR_RETURN(const backend::Backend* backend, backend::backend_for(cfg));
+  KILN_ASSIGN_OR_RETURN(c.executable, backend->compile(*c.program.module, options));
   const backend::CompileReport& r = c.executable->report();
 
   const train::StepProgram& program = c.program;

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "kiln/backend/cpu/codegen/compile_cache.h"
+#include "kiln/backend/backend.h"
 #include "kiln/config/config.h"
 #include "kiln/ir/opcode.h"
 
@@ -490,7 +490,7 @@ std::string targets_dir() {
 }
 
 std::string calibrated_cpu_path(int threads_per_device) {
-  return (fs::path(backend::cpu::default_cache_dir()) / "targets" / fmt::format("cpu-{}t.yml", threads_per_device))
+  return (fs::path(backend::default_cache_dir()) / "targets" / fmt::format("cpu-{}t.yml", threads_per_device))
       .string();
 }
 

@@ -91,9 +91,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->abort_on_nan_ = config.get_bool("abort_on_nan_loss");
   t->abort_on_inf_ = config.get_bool("abort_on_inf_loss");
   const config::Derived& d = config.derived();
-  // MFU's denominator: this CPU's peaks on one device's threads, measured (or cached) before
-  // anything else loads the cores, unless hardware_peak_tflops sets them.
-  t->peaks_ = resolve_peaks(config, runtime::threads_per_device(d.local_devices));
+  // MFU's denominator: the peaks of the backend's device on one device's threads, measured
+  // (or cached) before anything else loads the cores, unless hardware_peak_tflops sets them.
+  auto measure_peaks = [&]() -> Result<backend::DevicePeaks> {
+    KILN_ASSIGN_OR_RETURN(const backend::Backend* backend, backend::backend_for(config));
+    return backend::peaks_for(*backend, runtime::threads_per_device(d.local_devices));
+  };
+  KILN_ASSIGN_OR_RETURN(t->peaks_, resolve_peaks(config, measure_peaks));
   t->print(fmt::format("peak: {} (MFU against {})", t->peaks_.log_line, t->peaks_.bf16_compute ? "bf16" : "f32"));
 
   // The data (dataset_type): opened and checked before tracing or compiling anything.
@@ -133,28 +137,36 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                        "instructions",
                        trace_s, t->program_.module->entry()->instructions().size()));
 
-  // The executor, which then holds the state.
+  // The backend, chosen once by the config, and the runner that then holds the state.
+  KILN_ASSIGN_OR_RETURN(const backend::Backend* backend, backend::backend_for(config));
   double compile_s = 0;
   if (d.num_devices > 1) {
     KILN_RETURN_IF_ERROR(t->make_sharded_runner(config, &compile_s));
-  } else if (config.get_string("executor") == "compiled") {
+  } else if (backend != &backend::interpreter_backend()) {
     const backend::CompileOptions compile_options = backend::CompileOptions::from_config(config);
     backend::CompileReport report;
-    Result<std::unique_ptr<StepRunner>> compiled = make_compiled_runner(t->program_, compile_options, &report);
-    if (compiled.ok()) {
-      t->runner_ = std::move(*compiled);
-      compile_s = report.compile_seconds;
-      t->compile_report_ = report;
-      t->print(fmt::format("compiled the step for the CPU in {:.3f} s: {} -> {} instructions, {} fused loop kernels "
-                           "({} unique, {} built now, the rest from the kernel cache), {} GEMMs, {} library "
-                           "kernels, {} ops on the reference-evaluation fallback",
-                           report.compile_seconds, report.instructions_before, report.instructions_after,
-                           report.fused_kernels, report.unique_kernels, report.kernels_compiled, report.gemms,
-                           report.library_kernels, report.fallback_kernels));
+    std::string fallback_reason;
+    KILN_ASSIGN_OR_RETURN(t->runner_,
+                          make_compiled_runner(t->program_, *backend, compile_options, &report, &fallback_reason));
+    compile_s = report.compile_seconds;
+    t->compile_report_ = report;
+    if (!fallback_reason.empty()) {
+      t->print(fmt::format("note: backend={}: the backend could not compile the step ({}); running it on the "
+                           "reference interpreter instead",
+                           backend->name(), fallback_reason));
     } else {
-      t->print(fmt::format("note: executor=compiled: the CPU backend could not compile the step ({}); running it "
-                           "on the reference interpreter instead",
-                           compiled.status().message()));
+      if (backend == &backend::cpu_backend()) {
+        t->print(fmt::format("compiled the step for the CPU in {:.3f} s: {} -> {} instructions, {} fused loop kernels "
+                             "({} unique, {} built now, the rest from the kernel cache), {} GEMMs, {} library "
+                             "kernels, {} ops on the reference-evaluation fallback",
+                             report.compile_seconds, report.instructions_before, report.instructions_after,
+                             report.fused_kernels, report.unique_kernels, report.kernels_compiled, report.gemms,
+                             report.library_kernels, report.fallback_kernels));
+      } else {
+        t->print(fmt::format("compiled the step with the {} in {:.3f} s: {} -> {} instructions",
+                             backend->description(), report.compile_seconds, report.instructions_before,
+                             report.instructions_after));
+      }
     }
   }
   if (t->runner_ == nullptr) t->runner_ = make_interpreter_runner(t->program_);
@@ -174,7 +186,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                                      : std::string("on the reference interpreter"),
                        static_cast<double>(init.state_bytes) / (1 << 30), t->runner_->layout().local_devices,
                        static_cast<double>(init.peak_rss_bytes) / (1 << 30)));
-  t->print(fmt::format("compile/trace time: {:.3f} s (trace {:.3f} s, compile {:.3f} s, init {:.3f} s); executor: {}",
+  t->print(fmt::format("compile/trace time: {:.3f} s (trace {:.3f} s, compile {:.3f} s, init {:.3f} s); backend: {}",
                        trace_s + compile_s + init_s, trace_s, compile_s, init_s, t->runner_->name()));
 
   t->data_ = SyntheticData::from_config(config);

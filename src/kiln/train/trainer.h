@@ -7,8 +7,8 @@
 //
 // State: parameters, Adam moments, the step counter and, with dtype=bfloat16, the bf16
 // weight copies (derived: train/step/weight_copies.h), held by the StepRunner of the
-// configured executor (executor=compiled: the CPU backend's executable, compiled once;
-// executor=interpreter: the reference interpreter) and replaced by the step's outputs.
+// configured executor (backend=cpu: the CPU backend's executable, compiled once;
+// backend=interpreter: the reference interpreter) and replaced by the step's outputs.
 // Same config and seeds give bitwise-identical losses: the data, the initialisation and
 // both executors are deterministic.
 #pragma once

@@ -15,14 +15,16 @@ Status Trainer::build_eval(const config::Config& config) {
                                                                 config.get_int("max_target_length")));
   backend::CompileOptions options = backend::CompileOptions::from_config(config);
   options.remat_policy = "none";  // forward only: no backward pass to recompute for
-  KILN_ASSIGN_OR_RETURN(eval_runner_, EvalRunner::create(std::move(program), *runner_, program_, config,
-                                                         config.get_string("executor") == "compiled", options));
+  KILN_ASSIGN_OR_RETURN(const backend::Backend* backend, backend::backend_for(config));
+  KILN_ASSIGN_OR_RETURN(eval_runner_, EvalRunner::create(std::move(program), *runner_, program_, config, *backend,
+                                                         options));
   // The eval batches never change: build them once, so an evaluation never waits for data.
   for (int64_t k = 0; k < eval_batches_; ++k) eval_data_.push_back(to_host_batch(eval_tokens_->batch(k)));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!eval_runner_->fallback_reason().empty()) {
-    print(fmt::format("note: executor=compiled: the CPU backend could not compile the eval program ({}); it runs on "
+    print(fmt::format("note: backend={}: the backend could not compile the eval program ({}); it runs on "
                       "the reference interpreter",
+                      backend->name(),
                       eval_runner_->fallback_reason()));
   }
   print(fmt::format("built the forward-only eval program in {:.3f} s ({}); {} eval batches ready", seconds,

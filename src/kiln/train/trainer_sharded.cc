@@ -16,12 +16,12 @@ Status Trainer::make_sharded_runner(const config::Config& config, double* compil
     world = std::move(made);
   }
   ShardedRunnerOptions options;
-  options.compiled = config.get_string("executor") == "compiled";
+  KILN_ASSIGN_OR_RETURN(options.backend, backend::backend_for(config));
   options.compile = backend::CompileOptions::from_config(config);
   backend::CompileReport report;
   KILN_ASSIGN_OR_RETURN(runner_, train::make_sharded_runner(config, program_, model_->params(), std::move(world),
                                                             options, &report));
-  if (options.compiled) {
+  if (options.backend != &backend::interpreter_backend()) {
     *compile_s = report.compile_seconds;
     compile_report_ = report;
     print(fmt::format("partitioned the step over {} devices and compiled the per-device program in {:.3f} s: {} -> {} "
@@ -29,7 +29,7 @@ Status Trainer::make_sharded_runner(const config::Config& config, double* compil
                       config.derived().num_devices, report.compile_seconds, report.instructions_before,
                       report.instructions_after, report.fused_kernels, report.gemms, report.fallback_kernels));
   }
-  print(fmt::format("executor: {}", runner_->name()));
+  print(fmt::format("backend: {}", runner_->name()));
   return ok_status();
 }
 

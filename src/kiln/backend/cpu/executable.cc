@@ -15,9 +15,11 @@
 #include <unordered_map>
 
 #include "kiln/backend/backend.h"
+#include "kiln/backend/cpu/attention/attention_common.h"
 #include "kiln/backend/cpu/codegen/codegen.h"
 #include "kiln/backend/cpu/codegen/compile_cache.h"
 #include "kiln/backend/cpu/collectives/collective_progress.h"
+#include "kiln/backend/cpu/gemm/cpu_peak.h"
 #include "kiln/backend/cpu/kernels/kernel.h"
 #include "kiln/backend/cpu/memory/memory_plan.h"
 #include "kiln/base/check.h"
@@ -104,7 +106,7 @@ Status CpuExecutable::build(const ir::Module& source, const CompileOptions& opti
     sources.push_back({name, cpu::fusion_kernel_source(*instr->called()[0], name)});
   }
   report_.unique_kernels = static_cast<int64_t>(sources.size());
-  std::string cache_dir = options.cache_dir.empty() ? cpu::default_cache_dir() : options.cache_dir;
+  std::string cache_dir = options.cache_dir.empty() ? default_cache_dir() : options.cache_dir;
   // The compiler processes run while this thread plans memory (the schedule and buffer
   // assignment do not depend on the kernels' code), so a first compile waits for the longer
   // of the two instead of their sum.
@@ -265,6 +267,14 @@ Result<std::vector<Buffer>> CpuExecutable::run(std::span<const Buffer> args) {
 class CpuBackend : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
+  std::string description() const override { return "compiled CPU executable"; }
+  bool falls_back_to_interpreter() const override { return true; }
+  Result<DevicePeaks> measure_peaks(int threads_per_device) const override {
+    return cpu::device_peaks(cpu::cached_cpu_peak(threads_per_device, default_cache_dir()));
+  }
+  AttentionTiles attention_tiles() const override {
+    return {cpu::attention_detail::kBq, cpu::attention_detail::kBk};
+  }
   Result<std::unique_ptr<Executable>> compile(const ir::Module& module, const CompileOptions& options) const override {
     auto exe = std::make_unique<CpuExecutable>();
     KILN_RETURN_IF_ERROR(exe->build(module, options));

@@ -79,6 +79,7 @@ class InterpreterExecutable : public Executable {
 class InterpreterBackend : public Backend {
  public:
   std::string_view name() const override { return "interpreter"; }
+  std::string description() const override { return "reference interpreter"; }
   Result<std::unique_ptr<Executable>> compile(const ir::Module& module, const CompileOptions& options) const override {
     auto exe = std::make_unique<InterpreterExecutable>();
     KILN_RETURN_IF_ERROR(exe->build(module, options));
@@ -91,12 +92,6 @@ class InterpreterBackend : public Backend {
 const Backend& interpreter_backend() {
   static const InterpreterBackend backend;
   return backend;
-}
-
-Result<const Backend*> backend_named(std::string_view name) {
-  if (name == cpu_backend().name()) return &cpu_backend();
-  if (name == interpreter_backend().name()) return &interpreter_backend();
-  return invalid_argument("unknown backend '{}'; known backends: cpu, interpreter", name);
 }
 
 }  // namespace kiln::backend

@@ -2,16 +2,14 @@
 
 #include <fmt/format.h>
 
-#include "kiln/backend/cpu/codegen/compile_cache.h"
-#include "kiln/backend/cpu/gemm/cpu_peak.h"
-
 namespace kiln::train {
 
 namespace {
 constexpr double kBf16OverF32 = 2.0;  // for an explicit peak only: the spec's ratio (cpu-machine.md)
 }
 
-Peaks resolve_peaks(const config::Config& config, int threads_per_device) {
+Result<Peaks> resolve_peaks(const config::Config& config,
+                            const std::function<Result<backend::DevicePeaks>()>& measure) {
   Peaks p;
   p.bf16_compute = config.get_string("dtype") == "bfloat16";
   const double configured = config.get_float("hardware_peak_tflops");
@@ -24,12 +22,17 @@ Peaks resolve_peaks(const config::Config& config, int threads_per_device) {
                              p.bf16_compute ? "1/2" : "2x");
     return p;
   }
-  const backend::cpu::CpuPeak m =
-      backend::cpu::cached_cpu_peak(threads_per_device, backend::cpu::default_cache_dir());
-  p.f32_tflops = m.f32_tflops;
-  p.bf16_tflops = m.bf16_tflops;
-  p.source = fmt::format("measured on {} thread{} of {}", m.threads, m.threads == 1 ? "" : "s", m.cpu_model);
-  p.log_line = "measured per device: " + backend::cpu::describe(m);
+  Result<backend::DevicePeaks> m = measure();
+  if (!m.ok()) {
+    return Status(m.status().code(),
+                  fmt::format("{} (hardware_peak_tflops=0 asks to measure them; set it to the device's peak in "
+                              "TFLOP/s)",
+                              m.status().message()));
+  }
+  p.f32_tflops = m->f32_tflops;
+  p.bf16_tflops = m->bf16_tflops;
+  p.source = m->source;
+  p.log_line = "measured per device: " + m->description;
   return p;
 }
 

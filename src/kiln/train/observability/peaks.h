@@ -1,14 +1,17 @@
 // The peaks MFU and the attribution table divide by: per device, per dtype.
 //
-// hardware_peak_tflops = 0 (the default) measures this CPU's f32 FMA and bf16 dot-product
-// peaks on the threads one device runs (backend/cpu/gemm/cpu_peak.h; under a second, cached per
-// CPU model and thread count). A value > 0 is the peak of the step's compute dtype (dtype);
-// the other dtype's is derived from it with the ratio of the two (2, the Zen 4 spec's) for
-// the attribution's per-GEMM rates.
+// hardware_peak_tflops = 0 (the default) measures the device's f32 and bf16 peaks through the
+// run's backend (backend::peaks_for: on the CPU, f32 FMA and bf16 dot-product loops on the
+// threads one device runs, under a second, cached per CPU model and thread count). A value
+// > 0 is the peak of the step's compute dtype (dtype); the other dtype's is derived from it
+// with the ratio of the two (2, the Zen 4 spec's) for the attribution's per-GEMM rates.
 #pragma once
 
+#include <functional>
 #include <string>
 
+#include "kiln/backend/backend.h"
+#include "kiln/base/status.h"
 #include "kiln/config/config.h"
 
 namespace kiln::train {
@@ -23,7 +26,9 @@ struct Peaks {
   double tflops(bool bf16) const { return bf16 ? bf16_tflops : f32_tflops; }
 };
 
-// Measured (or cached) for `threads` threads per device, or from hardware_peak_tflops.
-Peaks resolve_peaks(const config::Config& config, int threads_per_device);
+// From hardware_peak_tflops, or else `measure()`d (the trainer passes backend::peaks_for on
+// its backend and threads per device; called only when needed). A failed measurement is an
+// error that names hardware_peak_tflops.
+Result<Peaks> resolve_peaks(const config::Config& config, const std::function<Result<backend::DevicePeaks>()>& measure);
 
 }  // namespace kiln::train

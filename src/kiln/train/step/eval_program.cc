@@ -41,7 +41,9 @@ Result<EvalProgram> build_eval_program(const models::Model& model, int64_t batch
 
 Result<std::unique_ptr<EvalRunner>> EvalRunner::create(EvalProgram program, const StepRunner& runner,
                                                        const StepProgram& step, const config::Config& config,
-                                                       bool compiled, const backend::CompileOptions& options) {
+                                                       const backend::Backend& backend,
+                                                       const backend::CompileOptions& options) {
+  const bool compiled = &backend != &backend::interpreter_backend();
   std::unique_ptr<EvalRunner> r(new EvalRunner());
   r->program_ = std::move(program);
   r->step_ = &step;
@@ -75,16 +77,13 @@ Result<std::unique_ptr<EvalRunner>> EvalRunner::create(EvalProgram program, cons
     r->mesh_ = o.mesh;
   }
   if (compiled) {
-    for (int64_t d = 0; d < layout.local_devices; ++d) {
-      Result<std::unique_ptr<backend::Executable>> exe = backend::compile_cpu(*r->local_, options);
-      if (!exe.ok()) {
-        r->fallback_reason_ = exe.status().message();
-        r->executables_.clear();
-        break;
-      }
-      if (d == 0) r->compile_s_ = (*exe)->report().compile_seconds;
-      r->executables_.push_back(std::move(*exe));
-    }
+    backend::CompileOptions per_device = options;
+    per_device.mesh = r->mesh_;  // one program for every device's replica (backend=pjrt)
+    KILN_ASSIGN_OR_RETURN(r->executables_, backend::compile_for_devices(backend, *r->local_, per_device,
+                                                                        layout.first_device, layout.local_devices,
+                                                                        &r->fallback_reason_));
+    r->compile_s_ = r->executables_[0]->report().compile_seconds;
+    r->name_ = r->fallback_reason_.empty() ? backend.description() : backend::interpreter_backend().description();
   }
   return r;
 }
@@ -100,12 +99,29 @@ Result<EvalSums> EvalRunner::run(StepRunner& runner, const std::vector<ir::Liter
                                               : spmd::shard_literal(batch[f], batch_shardings_[f], mesh_, first_device_ + d));
     }
     if (!executables_.empty()) {
-      std::vector<backend::Buffer> args;
-      for (int64_t i = 0; i < program_.num_params; ++i) args.push_back(runner.local_arg_buffer(step_->param_arg(i), d));
-      for (const ir::Literal& v : rows) args.push_back(backend::Buffer::from_literal(v));
-      KILN_ASSIGN_OR_RETURN(std::vector<backend::Buffer> out, executables_[d]->run(args));
+      // The parameters where the step keeps them (device memory on PJRT: no host copy); the
+      // batch's rows placed next to them.
+      backend::Executable& exe = *executables_[d];
+      backend::DeviceValues placed;
+      std::vector<backend::DeviceValue*> args;
+      for (int64_t i = 0; i < program_.num_params; ++i) {
+        const backend::DeviceValue* value = runner.local_arg_value(step_->param_arg(i), d);
+        if (value == nullptr) {
+          KILN_ASSIGN_OR_RETURN(placed.emplace_back(), exe.to_device(runner.local_arg_buffer(step_->param_arg(i), d)));
+          value = placed.back().get();
+        }
+        // Not donated (the eval program donates nothing): the step's state is only read.
+        args.push_back(const_cast<backend::DeviceValue*>(value));
+      }
+      for (const ir::Literal& v : rows) {
+        KILN_ASSIGN_OR_RETURN(placed.emplace_back(), exe.to_device(backend::Buffer::from_literal(v)));
+        args.push_back(placed.back().get());
+      }
+      KILN_ASSIGN_OR_RETURN(backend::DeviceValues out, exe.run_on_device(args));
       KILN_CHECK(out.size() == 2);
-      sums[d] = EvalSums{out[0].get(0), out[1].get(0)};
+      KILN_ASSIGN_OR_RETURN(backend::Buffer xent, out[0]->to_host());
+      KILN_ASSIGN_OR_RETURN(backend::Buffer weights, out[1]->to_host());
+      sums[d] = EvalSums{xent.get(0), weights.get(0)};
       return ok_status();
     }
     std::vector<ir::Literal> args;

@@ -41,16 +41,18 @@ struct EvalSums {
 
 class EvalRunner {
  public:
-  // compiled = true: one compiled executable per local device (falls back to the
-  // interpreter when that fails, as the trainer does, saying why in fallback_reason()).
+  // One executable of `backend` per local device (the interpreter backend: the reference
+  // interpreter on literals; a backend that falls back does so when it cannot compile, as the
+  // trainer does, saying why in fallback_reason()).
   // `runner` holds the state laid out as `step` says; the eval reads its parameters.
   static Result<std::unique_ptr<EvalRunner>> create(EvalProgram program, const StepRunner& runner,
                                                     const StepProgram& step, const config::Config& config,
-                                                    bool compiled, const backend::CompileOptions& options);
+                                                    const backend::Backend& backend,
+                                                    const backend::CompileOptions& options);
   // One global batch (inputs, targets, positions, segmentation as s32 [B, T] literals), with
   // the runner's current parameters. Collective under MPI: every rank calls it together.
   Result<EvalSums> run(StepRunner& runner, const std::vector<ir::Literal>& batch);
-  const char* name() const { return executables_.empty() ? "reference interpreter" : "compiled CPU executable"; }
+  const char* name() const { return executables_.empty() ? "reference interpreter" : name_.c_str(); }
   const std::string& fallback_reason() const { return fallback_reason_; }
   double compile_seconds() const { return compile_s_; }
   const ir::Module& local_module() const { return *local_; }  // the program as each device runs it
@@ -58,6 +60,7 @@ class EvalRunner {
  private:
   EvalRunner() = default;
   EvalProgram program_;                 // the global program
+  std::string name_;                    // the backend's description
   std::unique_ptr<ir::Module> local_;   // as each device runs it (the global one on one device)
   const StepProgram* step_ = nullptr;
   std::vector<ir::Sharding> batch_shardings_;  // of the 4 batch fields (empty on one device)

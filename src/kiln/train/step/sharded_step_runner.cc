@@ -30,14 +30,13 @@ class ShardedRunner : public StepRunner {
   }
 
   Status init_runners(const ShardedRunnerOptions& options, backend::CompileReport* report) {
-    for (int64_t d = 0; d < world_->local_devices(); ++d) {
-      if (options.compiled) {
-        KILN_ASSIGN_OR_RETURN(std::unique_ptr<StepRunner> r,
-                              make_compiled_runner(local_, options.compile, d == 0 ? report : nullptr));
-        runners_.push_back(std::move(r));
-      } else {
-        runners_.push_back(make_interpreter_runner(local_));
-      }
+    if (options.backend != &backend::interpreter_backend()) {
+      backend::CompileOptions compile = options.compile;
+      compile.mesh = mesh_;  // one program for every device's replica (backend=pjrt)
+      KILN_ASSIGN_OR_RETURN(runners_, make_compiled_runners(local_, *options.backend, compile, world_->first_device(),
+                                                            world_->local_devices(), report));
+    } else {
+      for (int64_t d = 0; d < world_->local_devices(); ++d) runners_.push_back(make_interpreter_runner(local_));
     }
     std::string ranks = world_->num_ranks() > 1 ? fmt::format(", {} MPI ranks × {} local devices",
                                                               world_->num_ranks(), world_->local_devices())
@@ -127,6 +126,9 @@ class ShardedRunner : public StepRunner {
   }
   backend::Buffer local_arg_buffer(int64_t index, int64_t local) const override {
     return runners_.at(local)->local_arg_buffer(index, 0);
+  }
+  const backend::DeviceValue* local_arg_value(int64_t index, int64_t local) const override {
+    return runners_.at(local)->local_arg_value(index, 0);
   }
   Status run_on_local_devices(const std::function<Status(int64_t local)>& fn) override {
     return threads_->run(*world_, [&](int64_t d) {

@@ -30,7 +30,9 @@
 namespace kiln::train {
 
 struct ShardedRunnerOptions {
-  bool compiled = true;                 // executor=compiled (else the reference interpreter)
+  // Runs each device's program (backend=cpu); the interpreter backend runs the reference
+  // interpreter's runner (ir::Literal state). Never null.
+  const backend::Backend* backend = &backend::cpu_backend();
   backend::CompileOptions compile;      // for the per-device program
 };
 

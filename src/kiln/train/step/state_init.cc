@@ -76,23 +76,26 @@ Result<InitReport> init_state(StepRunner& runner, const StepProgram& program,
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<ir::Module> local, per_device_init(*global, runner, program, config));
   global.reset();
 
-  // executor=compiled: one executable per local device (an executable runs on one thread
-  // at a time; the kernel cache makes the second compile cheap). executor=interpreter, or if
-  // the CPU backend cannot compile it: the interpreter backend, with the same values
-  // (ops/rng.h), and no worker threads (a run on the interpreter stays fork-safe).
-  const int64_t devices = runner.layout().local_devices;
+  // One executable per local device (backend=cpu: an executable runs on one thread at a time,
+  // and the kernel cache makes the second compile cheap; backend=pjrt: one program for every
+  // device, compile_for_devices). backend=interpreter, or if the CPU backend cannot compile it:
+  // the interpreter backend, with the same values (ops/rng.h), and no worker threads (a run on
+  // the interpreter stays fork-safe).
+  const StepRunner::Layout layout = runner.layout();
+  const int64_t devices = layout.local_devices;
   std::vector<std::unique_ptr<backend::Executable>> executables;
   const Clock::time_point compile_start = Clock::now();
-  const bool want_compiled = config.get_string("executor") == "compiled";
-  for (int64_t d = 0; d < devices && want_compiled; ++d) {
-    Result<std::unique_ptr<backend::Executable>> exe = backend::cpu_backend().compile(*local, backend::CompileOptions{});
-    if (!exe.ok()) break;
-    executables.push_back(std::move(*exe));
+  KILN_ASSIGN_OR_RETURN(const backend::Backend* backend, backend::backend_for(config));
+  std::string fallback_reason;
+  if (backend != &backend::interpreter_backend()) {
+    backend::CompileOptions options;
+    options.mesh = layout.mesh;
+    KILN_ASSIGN_OR_RETURN(executables, backend::compile_for_devices(*backend, *local, options, layout.first_device,
+                                                                    devices, &fallback_reason));
   }
-  const bool compiled = want_compiled && static_cast<int64_t>(executables.size()) == devices;
-  if (!compiled) {
-    // The interpreter keeps no per-run state: one executable serves every device.
-    executables.clear();
+  const bool compiled = !executables.empty() && fallback_reason.empty();
+  if (executables.empty()) {
+    // backend=interpreter keeps no per-run state: one executable serves every device.
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::Executable> exe,
                           backend::interpreter_backend().compile(*local, backend::CompileOptions{}));
     executables.push_back(std::move(exe));
@@ -105,7 +108,7 @@ Result<InitReport> init_state(StepRunner& runner, const StepProgram& program,
   int64_t state_bytes = 0;
   KILN_RETURN_IF_ERROR(runner.run_on_local_devices([&](int64_t d) -> Status {
     std::vector<backend::Buffer> params;
-    if (compiled) {
+    if (static_cast<int64_t>(executables.size()) == devices) {
       KILN_ASSIGN_OR_RETURN(params, executables[d]->run({}));
       executables[d].reset();  // its arena goes before the moments are made
     } else {

@@ -1,8 +1,8 @@
 // Runs the step program step after step and holds the training state between steps, in
 // the value type of its executor:
 //   interpreter  the reference interpreter on ir::Literal (slow, exact: the oracle)
-//   compiled     the CPU backend's Executable on backend::Buffer (fused generated kernels,
-//                oneDNN GEMMs), compiled once
+//   compiled     a backend's Executable on backend::Buffer (the CPU backend's fused generated
+//                kernels and oneDNN GEMMs, or XLA's through PJRT), compiled once
 // Arguments follow StepProgram's layout; after run() the state outputs (params, mu, nu,
 // step) replace the state arguments, and the metric outputs can be read.
 #pragma once
@@ -58,6 +58,12 @@ class StepRunner {
   // where it holds Buffers (no copy): the eval program reads the parameters this way. Hold
   // it only while the step is not running (the step updates the state in place).
   virtual backend::Buffer local_arg_buffer(int64_t index, int64_t local = 0) const;
+  // The same where the state lives on the executable's device (no host copy): what another
+  // executable of the same backend reads the parameters from. Null for runners that hold
+  // literals (the interpreter's).
+  virtual const backend::DeviceValue* local_arg_value(int64_t /*index*/, int64_t /*local*/ = 0) const {
+    return nullptr;
+  }
   // Local device `local`'s own value of argument `index` (its local shape: a batch's rows),
   // never a global value; one device: set_arg.
   virtual Status set_local_arg(int64_t index, const ir::Literal& value, int64_t local) {
@@ -80,10 +86,21 @@ class StepRunner {
 };
 
 std::unique_ptr<StepRunner> make_interpreter_runner(const StepProgram& program);
-// Compiles the program (options: dump_dir, verify_each; the kernel cache makes a second
-// compile of the same program cheap).
-Result<std::unique_ptr<StepRunner>> make_compiled_runner(const StepProgram& program,
+// Compiles the program with `backend` (options: dump_dir, verify_each; the CPU backend's kernel
+// cache makes a second compile of the same program cheap).
+// With a fallback_reason, a backend that falls back runs a program it cannot compile on the
+// reference interpreter and says why there (backend::compile_for_devices).
+Result<std::unique_ptr<StepRunner>> make_compiled_runner(const StepProgram& program, const backend::Backend& backend,
                                                          const backend::CompileOptions& options,
-                                                         backend::CompileReport* report);
+                                                         backend::CompileReport* report,
+                                                         std::string* fallback_reason = nullptr);
+// One such runner per local device of options.mesh (backend::compile_for_devices): the
+// per-device programs of a sharded step.
+Result<std::vector<std::unique_ptr<StepRunner>>> make_compiled_runners(const StepProgram& program,
+                                                                       const backend::Backend& backend,
+                                                                       const backend::CompileOptions& options,
+                                                                       int64_t first_device, int64_t local_devices,
+                                                                       backend::CompileReport* report,
+                                                                       std::string* fallback_reason = nullptr);
 
 }  // namespace kiln::train

@@ -99,12 +99,6 @@ Status ensure_compiled(const std::string& source, const fs::path& so, bool* comp
 
 }  // namespace
 
-std::string default_cache_dir() {
-  if (const char* env = std::getenv("KILN_CACHE_DIR"); env && *env) return env;
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/kiln";
-  return ".cache/kiln";
-}
-
 Result<KernelLibrary> build_kernels(const std::vector<KernelSource>& kernels, const std::string& cache_dir,
                                     const std::string& dump_dir) {
   KernelLibrary lib;

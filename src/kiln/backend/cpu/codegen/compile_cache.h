@@ -26,9 +26,6 @@ struct KernelLibrary {
   int64_t chunks_total = 0;
 };
 
-// $KILN_CACHE_DIR, else $HOME/.cache/kiln, else ./.cache/kiln.
-std::string default_cache_dir();
-
 // dump_dir, when not empty, receives a copy of every chunk's source.
 Result<KernelLibrary> build_kernels(const std::vector<KernelSource>& kernels, const std::string& cache_dir,
                                     const std::string& dump_dir);

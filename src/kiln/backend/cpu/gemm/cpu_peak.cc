@@ -184,4 +184,14 @@ std::string describe(const CpuPeak& p) {
                      p.threads, p.threads == 1 ? "" : "s", p.cpu_model);
 }
 
+DevicePeaks device_peaks(const CpuPeak& p) {
+  DevicePeaks d;
+  d.f32_tflops = p.f32_tflops;
+  d.bf16_tflops = p.bf16_tflops;
+  d.device = p.cpu_model;
+  d.source = fmt::format("measured on {} thread{} of {}", p.threads, p.threads == 1 ? "" : "s", p.cpu_model);
+  d.description = describe(p);
+  return d;
+}
+
 }  // namespace kiln::backend::cpu

@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "kiln/backend/backend.h"
 #include "kiln/base/status.h"
 
 namespace kiln::backend::cpu {
@@ -39,5 +40,8 @@ CpuPeak cached_cpu_peak(int threads, const std::string& cache_dir);
 // "0.534 TFLOP/s f32, 1.02 TFLOP/s bf16 (measured on 2 threads of AMD EPYC ..., 0.3 s)" or
 // "(... cached ...)".
 std::string describe(const CpuPeak& peak);
+
+// The peak as the Backend interface gives it (Backend::measure_peaks).
+DevicePeaks device_peaks(const CpuPeak& peak);
 
 }  // namespace kiln::backend::cpu
