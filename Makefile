@@ -91,7 +91,7 @@ e2e: build
 	  --mpirun "mpiexec --allow-run-as-root --oversubscribe"
 	tests/e2e/multihost_test.sh $(BUILD_DIR)/kiln large
 	/usr/bin/python3 bench/pjrt_vs_cpu.py --kiln $(BUILD_DIR)/kiln --model gpt-oss-small --steps 20 --rounds 1 \
-	  --check 1e-3
+	  --set adam_eps=1e-4 --check 1e-3
 
 # The community's reference, both ways: Hugging Face transformers' GptOssForCausalLM against
 # kiln forward / the step's gradients (Kiln -> HF and HF -> Kiln, MXFP4 experts included),
