@@ -24,18 +24,10 @@ namespace kiln::backend::pjrt {
 namespace {
 
 using ir::Literal;
+using testing::module_text;
+using testing::parse;
 
 constexpr double kExact = 0;
-
-std::string module_text(std::string_view params, std::string_view body) {
-  return fmt::format("module @t\n\nENTRY computation @main {{\n{}{}}}\n", params, body);
-}
-
-std::unique_ptr<ir::Module> parse(const std::string& text) {
-  auto module = ir::parse_module(text);
-  EXPECT_TRUE(module.ok()) << module.status().message() << "\n" << text;
-  return module.ok() ? std::move(*module) : nullptr;
-}
 
 Literal literal(const std::string& shape_text, std::vector<double> values) {
   auto shape = ir::parse_shape(shape_text);

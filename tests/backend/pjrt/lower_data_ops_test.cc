@@ -25,20 +25,12 @@ namespace {
 
 using ir::DType;
 using ir::Literal;
+using testing::module_text;
+using testing::parse;
 using ir::Shape;
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
-
-std::string module_text(std::string_view params, std::string_view body) {
-  return fmt::format("module @t\n\nENTRY computation @main {{\n{}{}}}\n", params, body);
-}
-
-std::unique_ptr<ir::Module> parse(const std::string& text) {
-  auto module = ir::parse_module(text);
-  EXPECT_TRUE(module.ok()) << module.status().message() << "\n" << text;
-  return module.ok() ? std::move(*module) : nullptr;
-}
 
 // Runs `text` on the plugin and on the interpreter with `args` and compares.
 void expect_same(const std::string& what, const std::string& text, const std::vector<Literal>& args,

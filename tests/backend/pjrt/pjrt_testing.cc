@@ -14,6 +14,7 @@
 #include "kiln/backend/pjrt/pjrt_client.h"
 #include "kiln/backend/pjrt/plugin_path.h"
 #include "kiln/interp/interpreter.h"
+#include "kiln/ir/parser.h"
 #include "kiln/ops/device_context.h"
 #include "kiln/runtime/local_world.h"
 #include "kiln/runtime/run_on_devices.h"
@@ -108,6 +109,16 @@ double default_tolerance(ir::DType dtype) {
 }
 
 }  // namespace
+
+std::string module_text(std::string_view params, std::string_view body) {
+  return fmt::format("module @t\n\nENTRY computation @main {{\n{}{}}}\n", params, body);
+}
+
+std::unique_ptr<ir::Module> parse(const std::string& text) {
+  auto module = ir::parse_module(text);
+  EXPECT_TRUE(module.ok()) << module.status().message() << "\n" << text;
+  return module.ok() ? std::move(*module) : nullptr;
+}
 
 Result<Outputs> run_stablehlo_on_cpu_plugin(const std::string& stablehlo, int num_devices,
                                             const std::vector<std::vector<ir::Literal>>& args) {

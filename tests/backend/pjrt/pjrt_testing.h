@@ -4,7 +4,9 @@
 // interpreter over virtual devices, to compare the two.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/backend/pjrt/stablehlo/emitter.h"
@@ -17,6 +19,11 @@ namespace kiln::backend::pjrt::testing {
 
 // outputs[d] = device d's results (a tuple root gives one literal per element).
 using Outputs = std::vector<std::vector<ir::Literal>>;
+
+// An entry computation @main of `params` then `body` (IR lines, each ending in a newline).
+std::string module_text(std::string_view params, std::string_view body);
+// `text` parsed, or null with a gtest failure naming the parse error and the text.
+std::unique_ptr<ir::Module> parse(const std::string& text);
 
 // Emits `module` with `options` (its mesh sets the replica count), then, in a child process,
 // loads the CPU plugin (pjrt_plugin=cpu), compiles, uploads args[d] to device d, runs and
