@@ -124,6 +124,9 @@ class ShardedRunner : public StepRunner {
   Status set_arg_buffer(int64_t index, backend::Buffer value, int64_t local) override {
     return runners_.at(local)->set_arg_buffer(index, std::move(value), 0);
   }
+  Status set_arg_value(int64_t index, std::unique_ptr<backend::DeviceValue> value, int64_t local) override {
+    return runners_.at(local)->set_arg_value(index, std::move(value), 0);
+  }
   backend::Buffer local_arg_buffer(int64_t index, int64_t local) const override {
     return runners_.at(local)->local_arg_buffer(index, 0);
   }

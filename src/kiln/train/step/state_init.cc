@@ -107,12 +107,13 @@ Result<InitReport> init_state(StepRunner& runner, const StepProgram& program,
   std::mutex mu;
   int64_t state_bytes = 0;
   KILN_RETURN_IF_ERROR(runner.run_on_local_devices([&](int64_t d) -> Status {
-    std::vector<backend::Buffer> params;
+    // The parameters stay where the init program made them (device memory on PJRT).
+    backend::DeviceValues params;
     if (static_cast<int64_t>(executables.size()) == devices) {
-      KILN_ASSIGN_OR_RETURN(params, executables[d]->run({}));
+      KILN_ASSIGN_OR_RETURN(params, executables[d]->run_on_device({}));
       executables[d].reset();  // its arena goes before the moments are made
     } else {
-      KILN_ASSIGN_OR_RETURN(params, executables[0]->run({}));
+      KILN_ASSIGN_OR_RETURN(params, executables[0]->run_on_device({}));
     }
     if (static_cast<int64_t>(params.size()) != program.num_params) {
       return internal_error("the init program made {} tensors for {} parameters", params.size(), program.num_params);
@@ -120,16 +121,18 @@ Result<InitReport> init_state(StepRunner& runner, const StepProgram& program,
     int64_t bytes = 0;
     std::set<const void*> seen;
     for (int64_t i = 0; i < program.num_params; ++i) {
-      const ir::Shape shape = params[i].shape();
-      if (!seen.insert(params[i].data()).second) {
-        // Equal initialisers (zeros of one shape) may be one value: each parameter gets its
-        // own storage, since the step updates parameters in place.
+      const ir::Shape shape = params[i]->shape();
+      const backend::Buffer* host = params[i]->host();
+      if (host != nullptr && !seen.insert(host->data()).second) {
+        // Equal initialisers (zeros of one shape) may be one host value: each parameter gets
+        // its own storage, since the step updates parameters in place. (XLA gives every
+        // output of a program a buffer of its own.)
         backend::Buffer own(shape);
-        std::memcpy(own.data(), params[i].data(), static_cast<size_t>(shape.byte_size()));
-        params[i] = std::move(own);
+        std::memcpy(own.data(), host->data(), static_cast<size_t>(shape.byte_size()));
+        params[i] = std::make_unique<backend::HostValue>(std::move(own));
       }
       bytes += shape.byte_size() * 2 + shape.with_dtype(mu_dtype).byte_size();
-      KILN_RETURN_IF_ERROR(runner.set_arg_buffer(program.param_arg(i), std::move(params[i]), d));
+      KILN_RETURN_IF_ERROR(runner.set_arg_value(program.param_arg(i), std::move(params[i]), d));
       KILN_RETURN_IF_ERROR(runner.set_arg_buffer(program.mu_arg(i), backend::Buffer::zeros(shape.with_dtype(mu_dtype)), d));
       KILN_RETURN_IF_ERROR(runner.set_arg_buffer(program.nu_arg(i), backend::Buffer::zeros(shape), d));
     }

@@ -26,6 +26,11 @@ Status StepRunner::set_arg_buffer(int64_t index, backend::Buffer value, int64_t 
                        local);
 }
 
+Status StepRunner::set_arg_value(int64_t index, std::unique_ptr<backend::DeviceValue> value, int64_t local) {
+  KILN_ASSIGN_OR_RETURN(backend::Buffer host, value->to_host());
+  return set_arg_buffer(index, std::move(host), local);
+}
+
 backend::Buffer StepRunner::local_arg_buffer(int64_t index, int64_t local) const {
   KILN_CHECK(local == 0) << name() << " has one device";
   return backend::Buffer::from_literal(arg(index));
@@ -141,6 +146,16 @@ class CompiledRunner : public StepRunner {
                               value.shape().to_string());
     }
     return place(index, std::move(value));
+  }
+  Status set_arg_value(int64_t index, std::unique_ptr<backend::DeviceValue> value, int64_t local) override {
+    KILN_CHECK(local == 0);
+    const ir::Shape& shape = arg_shape(program_, index);
+    if (!(value->shape() == shape)) {
+      return invalid_argument("argument {} is {}, got a value of {}", index, shape.to_string(),
+                              value->shape().to_string());
+    }
+    args_[index] = std::move(value);
+    return ok_status();
   }
   backend::Buffer local_arg_buffer(int64_t index, int64_t local) const override {
     KILN_CHECK(local == 0);

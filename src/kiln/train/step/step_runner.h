@@ -54,6 +54,10 @@ class StepRunner {
   // Local device `local`'s shard of argument `index` from a buffer of its local shape,
   // without a copy where the runner holds Buffers (the initial state is born this way).
   virtual Status set_arg_buffer(int64_t index, backend::Buffer value, int64_t local = 0);
+  // The same from a value an executable of the runner's backend made on local device `local`
+  // (the init program's parameters): kept where it is, no host copy where the runner holds
+  // device values; else through the host.
+  virtual Status set_arg_value(int64_t index, std::unique_ptr<backend::DeviceValue> value, int64_t local = 0);
   // Local device `local`'s shard of argument `index` as a Buffer, sharing the runner's storage
   // where it holds Buffers (no copy): the eval program reads the parameters this way. Hold
   // it only while the step is not running (the step updates the state in place).
