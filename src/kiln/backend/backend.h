@@ -158,6 +158,10 @@ class Executable {
   InstructionObserver* observer_ = nullptr;
 };
 
+// Executable::run for an executable whose values live on a device: the arguments placed there
+// (exe.to_device), run there (exe.run_on_device), the results copied back.
+Result<std::vector<Buffer>> run_through_device(Executable& exe, std::span<const Buffer> args);
+
 // What every backend does first: a copy of `source` through the compile pipeline with the
 // backend's `policy` (dumps and verification from `options`), filling `report`'s
 // instructions_before and the collectives at the pipeline's `cleaned` checkpoint.

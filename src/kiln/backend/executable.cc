@@ -41,6 +41,23 @@ Result<std::vector<DeviceValues>> Executable::run_replicas_on_device(
   return out;
 }
 
+Result<std::vector<Buffer>> run_through_device(Executable& exe, std::span<const Buffer> args) {
+  DeviceValues placed;
+  std::vector<DeviceValue*> pointers;
+  for (const Buffer& a : args) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<DeviceValue> b, exe.to_device(a));
+    pointers.push_back(b.get());
+    placed.push_back(std::move(b));
+  }
+  KILN_ASSIGN_OR_RETURN(DeviceValues out, exe.run_on_device(pointers));
+  std::vector<Buffer> host;
+  for (const auto& v : out) {
+    KILN_ASSIGN_OR_RETURN(Buffer b, v->to_host());
+    host.push_back(std::move(b));
+  }
+  return host;
+}
+
 namespace {
 
 // Where the devices' threads meet: each posts its arguments; the last to arrive runs the
@@ -86,22 +103,7 @@ class ReplicaView final : public Executable {
   ReplicaView(std::shared_ptr<Rendezvous> rendezvous, int replica)
       : rendezvous_(std::move(rendezvous)), replica_(replica) {}
 
-  Result<std::vector<Buffer>> run(std::span<const Buffer> args) override {
-    DeviceValues placed;
-    std::vector<DeviceValue*> pointers;
-    for (const Buffer& a : args) {
-      KILN_ASSIGN_OR_RETURN(std::unique_ptr<DeviceValue> b, to_device(a));
-      pointers.push_back(b.get());
-      placed.push_back(std::move(b));
-    }
-    KILN_ASSIGN_OR_RETURN(DeviceValues out, run_on_device(pointers));
-    std::vector<Buffer> host;
-    for (const auto& v : out) {
-      KILN_ASSIGN_OR_RETURN(Buffer b, v->to_host());
-      host.push_back(std::move(b));
-    }
-    return host;
-  }
+  Result<std::vector<Buffer>> run(std::span<const Buffer> args) override { return run_through_device(*this, args); }
   const CompileReport& report() const override { return rendezvous_->executable().report(); }
   std::vector<const ir::Instr*> schedule() const override { return rendezvous_->executable().schedule(); }
   Result<std::unique_ptr<DeviceValue>> to_device(Buffer host, int replica = 0) const override {

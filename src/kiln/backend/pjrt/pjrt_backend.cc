@@ -44,9 +44,9 @@ class PjrtValue final : public backend::DeviceValue {
   DeviceBuffer buffer_;
 };
 
-class PjrtExecutableImpl : public PjrtExecutable {
+class PjrtExecutable : public Executable {
  public:
-  explicit PjrtExecutableImpl(const Client& client) : client_(client) {}
+  explicit PjrtExecutable(const Client& client) : client_(client) {}
 
   Status build(const ir::Module& source, const CompileOptions& options) {
     const auto start = std::chrono::steady_clock::now();
@@ -74,13 +74,13 @@ class PjrtExecutableImpl : public PjrtExecutable {
     // XLA:CPU has no ragged_dot (spec/pjrt.md) and no bf16 x bf16 -> f32 dot.
     emit.ragged_dot = client_.platform_name() != "cpu";
     emit.mixed_precision_dot = client_.platform_name() != "cpu";
-    KILN_ASSIGN_OR_RETURN(stablehlo_, emit_stablehlo(*module_, emit));
+    KILN_ASSIGN_OR_RETURN(const std::string stablehlo, emit_stablehlo(*module_, emit));
     for (const auto& [output, argument] : emit.donated) donated_args_.insert(static_cast<int>(argument));
     if (!options.dump_dir.empty()) {
       std::ofstream(options.dump_dir + "/optimized.ir") << ir::print_module(*module_);
-      std::ofstream(options.dump_dir + "/program.stablehlo.mlir") << stablehlo_;
+      std::ofstream(options.dump_dir + "/program.stablehlo.mlir") << stablehlo;
     }
-    KILN_ASSIGN_OR_RETURN(loaded_, client_.compile(stablehlo_, replicas_));
+    KILN_ASSIGN_OR_RETURN(loaded_, client_.compile(stablehlo, replicas_));
     if (Result<CompiledMemoryStats> stats = loaded_->compiled_memory_stats(); stats.ok()) {
       // XLA's own plan of device memory replaces Kiln's (it assigned the buffers).
       report_.arena_bytes = stats->temp_bytes;
@@ -135,33 +135,12 @@ class PjrtExecutableImpl : public PjrtExecutable {
     return std::move(values[0]);
   }
 
-  Result<std::vector<std::vector<Buffer>>> run_replicas(const std::vector<std::vector<Buffer>>& args) override {
-    std::vector<backend::DeviceValues> placed(args.size());
-    std::vector<std::vector<backend::DeviceValue*>> pointers(args.size());
-    for (size_t r = 0; r < args.size(); ++r) {
-      for (const Buffer& a : args[r]) {
-        KILN_ASSIGN_OR_RETURN(std::unique_ptr<backend::DeviceValue> b, to_device(a, static_cast<int>(r)));
-        pointers[r].push_back(b.get());
-        placed[r].push_back(std::move(b));
-      }
-    }
-    KILN_ASSIGN_OR_RETURN(std::vector<backend::DeviceValues> outputs, run_replicas_on_device(pointers));
-    std::vector<std::vector<Buffer>> host(outputs.size());
-    for (size_t r = 0; r < outputs.size(); ++r) {
-      for (const auto& v : outputs[r]) {
-        KILN_ASSIGN_OR_RETURN(Buffer h, v->to_host());
-        host[r].push_back(std::move(h));
-      }
-    }
-    return host;
-  }
-
   Result<std::vector<Buffer>> run(std::span<const Buffer> args) override {
     if (replicas_ != 1) {
-      return failed_precondition("this program runs on {} replicas: run_replicas gives each its arguments", replicas_);
+      return failed_precondition("this program runs on {} replicas: run_replicas_on_device gives each its arguments",
+                                 replicas_);
     }
-    KILN_ASSIGN_OR_RETURN(auto outputs, run_replicas({std::vector<Buffer>(args.begin(), args.end())}));
-    return std::move(outputs[0]);
+    return backend::run_through_device(*this, args);
   }
 
   const CompileReport& report() const override { return report_; }
@@ -171,12 +150,10 @@ class PjrtExecutableImpl : public PjrtExecutable {
     return order;
   }
   int num_replicas() const override { return replicas_; }
-  const std::string& stablehlo() const override { return stablehlo_; }
 
  private:
   const Client& client_;
   std::unique_ptr<ir::Module> module_;
-  std::string stablehlo_;
   std::unique_ptr<LoadedExecutable> loaded_;
   std::set<int> donated_args_;
   int replicas_ = 1;
@@ -193,7 +170,7 @@ class PjrtBackend : public Backend {
                        client_->num_devices(), client_->num_devices() == 1 ? "" : "s");
   }
   Result<std::unique_ptr<Executable>> compile(const ir::Module& module, const CompileOptions& options) const override {
-    auto exe = std::make_unique<PjrtExecutableImpl>(*client_);
+    auto exe = std::make_unique<PjrtExecutable>(*client_);
     KILN_RETURN_IF_ERROR(exe->build(module, options));
     return std::unique_ptr<Executable>(std::move(exe));
   }

@@ -24,15 +24,4 @@ struct PjrtBackendOptions {
 // message names the requirements file and command), too old, or has fewer devices.
 Result<const Backend*> pjrt_backend(const PjrtBackendOptions& options);
 
-// What a PJRT executable adds to Executable: it runs every replica at once. run() is the
-// one-replica case.
-class PjrtExecutable : public Executable {
- public:
-  // args[r] are replica r's arguments (host copies in, host copies out); returns each
-  // replica's outputs.
-  virtual Result<std::vector<std::vector<Buffer>>> run_replicas(const std::vector<std::vector<Buffer>>& args) = 0;
-  // The StableHLO text handed to the plugin (tests, `dump_ir`).
-  virtual const std::string& stablehlo() const = 0;
-};
-
 }  // namespace kiln::backend::pjrt

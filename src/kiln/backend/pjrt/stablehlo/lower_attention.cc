@@ -19,15 +19,11 @@
 // has no sink ends with m = -inf, l = 0: out 0 and lse -inf, as the reference.
 #include "kiln/backend/pjrt/stablehlo/lower_attention_blocks.h"
 
-#include <limits>
-
 namespace kiln::backend::pjrt {
 
 namespace {
 
 using namespace attention;
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A query block's online-softmax state: running max m and sum l [B,K,G,bq], the
 // unnormalised output o [B,K,G,bq,Dh].

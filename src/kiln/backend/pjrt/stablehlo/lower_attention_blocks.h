@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -34,6 +35,8 @@ namespace kiln::backend::pjrt::attention {
 
 // Keys (and query rows) per block: a [B, H, 512, 512] f32 tile is 1 MiB per (batch, head).
 inline constexpr int64_t kBlock = 512;
+// A masked score, and the statistics of a row that sees no key.
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Info {
   int64_t B = 0, T = 0, H = 0, Dh = 0, S = 0, K = 0, G = 0;

@@ -14,16 +14,12 @@
 // inside it stablehlo.while over the query blocks that can see the key block (causal: none
 // before its first key; window: none past its last key's window), dq added in place per
 // tile. Clamped last blocks mask out their overlap (qmin, kmin) so no pair counts twice.
-#include <limits>
-
 #include "kiln/backend/pjrt/stablehlo/lower_attention_blocks.h"
 
 namespace kiln::backend::pjrt {
 namespace {
 
 using namespace attention;
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // One tile's contributions: dq [B,K,G,bq,Dh], dk and dv [B,K,bk,Dh].
 struct TileGrads {
