@@ -38,8 +38,20 @@ Layers are unrolled (no lax.scan: MaxText's scan_layers=true trades speed for co
 on large models; for 4-8 layers on a CPU the unrolled program is the tuned choice; --scan
 is not offered). No rematerialisation (remat_policy=none on every side of the bench).
 
+For `make gpu` (bench/gpu_run.py, on a GPU machine's own Python, which may lack optax and
+safetensors and reaches no registry): without optax the same chain runs as plain JAX
+(`--adamw jax`: the same state and arithmetic; `auto` picks optax when it imports, and the
+result says which ran); safetensors is optional already (peers_common reads the format by
+hand); WEIGHTS `-` draws Kiln's initialisers with JAX's generator instead of reading a Kiln
+checkpoint (`--init-seed`: for a model whose checkpoint would be too big to write and read in
+a short GPU session; the step-0 loss is then that of other weights from the same
+distributions); `--remat` recomputes each layer in the backward pass (jax.checkpoint saving
+nothing: Kiln's remat_policy=full); the result carries the device's peak memory in use
+where the backend reports it.
+
 Usage (peers.py runs it): python bench/jax_gpt_oss.py SPEC.json WEIGHTS.safetensors OUT.json
     [--dtype float32|bfloat16] [--moe tiled|ragged] [--tile N] [--steps N]
+    [--adamw auto|optax|jax] [--init-seed N] [--remat]
 """
 import argparse
 import json
@@ -54,7 +66,10 @@ import peers_common as pc  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
+try:
+    import optax  # noqa: E402
+except ImportError:  # make gpu's GPU image may lack it: jax_adamw below is the same chain
+    optax = None
 
 F32 = jnp.float32
 
@@ -189,7 +204,7 @@ def moe(spec, p, prefix, x, dtype, impl, tile):
     return out.astype(dtype).reshape(bsz, t, d)
 
 
-def loss_fn(spec, dtype, impl, tile, p, batch):
+def loss_fn(spec, dtype, impl, tile, p, batch, remat=False):
     inputs, targets = batch["inputs"], batch["targets"]
     positions, seg = batch["positions"], batch["segmentation"]
     bsz, t = inputs.shape
@@ -202,14 +217,23 @@ def loss_fn(spec, dtype, impl, tile, p, batch):
     causal = (j <= i)[None] & same
     sliding = causal & (j > i - spec["sliding_window"])[None]
 
+    def block(x, lp, layer, cos, sin, mask):
+        # One decoder layer; lp holds its parameters (full names).
+        pre = "layers.%d." % layer
+        h = rms_norm(x, lp[pre + "pre_self_attention_layer_norm.scale"], spec["eps"], dtype)
+        x = x + attention(spec, lp, pre + "self_attention.", h, cos, sin, mask, dtype)
+        h = rms_norm(x, lp[pre + "post_self_attention_layer_norm.scale"], spec["eps"], dtype)
+        return x + moe(spec, lp, pre + "mlp.", h, dtype, impl, tile)
+
+    if remat:
+        # Kiln's remat_policy=full: only each layer's input is kept; the backward pass runs the
+        # layer again.
+        block = jax.checkpoint(block, static_argnums=(2,), policy=jax.checkpoint_policies.nothing_saveable)
     x = jnp.take(p["token_embedder.embedding"], inputs, axis=0).astype(dtype)
     for layer in range(spec["layers"]):
         pre = "layers.%d." % layer
         mask = sliding if pc.layer_is_sliding(spec, layer) else causal
-        h = rms_norm(x, p[pre + "pre_self_attention_layer_norm.scale"], spec["eps"], dtype)
-        x = x + attention(spec, p, pre + "self_attention.", h, cos, sin, mask, dtype)
-        h = rms_norm(x, p[pre + "post_self_attention_layer_norm.scale"], spec["eps"], dtype)
-        x = x + moe(spec, p, pre + "mlp.", h, dtype, impl, tile)
+        x = block(x, {n: v for n, v in p.items() if n.startswith(pre)}, layer, cos, sin, mask)
     x = rms_norm(x, p["decoder_norm.scale"], spec["eps"], dtype)
     if spec["tied_embeddings"]:
         logits = jnp.einsum("btd,vd->btv", x, p["token_embedder.embedding"].astype(dtype), preferred_element_type=F32)
@@ -221,6 +245,90 @@ def loss_fn(spec, dtype, impl, tile, p, batch):
     return jnp.sum((log_z - target) * weights) / jnp.sum(weights)
 
 
+# ------------------------------------------------------------------------------------------
+# Without optax, and without a Kiln checkpoint (make gpu)
+
+
+def jax_adamw(spec, learning_rate):
+    """optax.chain(clip_by_global_norm(clip), adamw(learning_rate, b1, b2, eps, eps_root=0,
+    weight_decay)) written in JAX, for an interpreter without optax: the same state (the
+    moments and the counts) and the same arithmetic, step for step (optax 0.2.8's
+    clip_by_global_norm, scale_by_adam, add_decayed_weights, scale_by_learning_rate and
+    apply_updates). Returns (init, update, apply) like optax's pieces."""
+    b1, b2, eps, wd, clip = spec["adam_b1"], spec["adam_b2"], spec["adam_eps"], spec["adam_weight_decay"], spec["clip"]
+    tree_map = jax.tree_util.tree_map
+
+    def init(params):
+        return {"count": jnp.zeros([], jnp.int32), "mu": tree_map(jnp.zeros_like, params),
+                "nu": tree_map(jnp.zeros_like, params), "schedule_count": jnp.zeros([], jnp.int32)}
+
+    def update(grads, state, params):
+        g_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree_util.tree_leaves(grads)))
+        grads = tree_map(lambda g: jnp.where(g_norm < clip, g, (g / g_norm.astype(g.dtype)) * clip), grads)
+        mu = tree_map(lambda m, g: (1 - b1) * g + b1 * m, state["mu"], grads)
+        nu = tree_map(lambda v, g: (1 - b2) * jnp.square(g) + b2 * v, state["nu"], grads)
+        count = state["count"] + 1
+        mu_hat = tree_map(lambda m: m / (1 - b1 ** count).astype(m.dtype), mu)
+        nu_hat = tree_map(lambda v: v / (1 - b2 ** count).astype(v.dtype), nu)
+        updates = tree_map(lambda m, v: m / (jnp.sqrt(v) + eps), mu_hat, nu_hat)
+        updates = tree_map(lambda u, p: u + wd * p, updates, params)
+        step_size = -1 * learning_rate(state["schedule_count"])
+        updates = tree_map(lambda u: jnp.array(step_size, dtype=u.dtype) * u, updates)
+        return updates, {"count": count, "mu": mu, "nu": nu, "schedule_count": state["schedule_count"] + 1}
+
+    def apply(params, updates):
+        return tree_map(lambda p, u: jnp.asarray(p + u).astype(jnp.asarray(p).dtype), params, updates)
+
+    return init, update, apply
+
+
+def param_shapes(spec):
+    """{name: (shape, initialiser)} of Kiln's GPT-OSS parameters (src/kiln/models/gpt_oss/params.cc):
+    initialiser ("normal", std), ("fan_in", n), "zeros" or "ones"."""
+    d, h, kv, dh = spec["d_model"], spec["heads"], spec["kv_heads"], spec["head_dim"]
+    e, f, v = spec["experts"], spec["mlp_dim"], spec["vocab"]
+    out = {"token_embedder.embedding": ((v, d), ("normal", (1.0 / d) ** 0.5))}
+    for layer in range(spec["layers"]):
+        a, m = "layers.%d.self_attention." % layer, "layers.%d.mlp." % layer
+        out["layers.%d.pre_self_attention_layer_norm.scale" % layer] = ((d,), "ones")
+        out["layers.%d.post_self_attention_layer_norm.scale" % layer] = ((d,), "ones")
+        out[a + "query.kernel"], out[a + "query.bias"] = ((d, h, dh), ("fan_in", d)), ((h, dh), "zeros")
+        for name in ("key", "value"):
+            out[a + name + ".kernel"], out[a + name + ".bias"] = ((d, kv, dh), ("fan_in", d)), ((kv, dh), "zeros")
+        out[a + "out.kernel"], out[a + "out.bias"] = ((h, dh, d), ("fan_in", h * dh)), ((d,), "zeros")
+        out[a + "sinks"] = ((h,), "zeros")
+        out[m + "gate.kernel"], out[m + "gate.bias"] = ((d, e), ("fan_in", d)), ((e,), "zeros")
+        for name in ("wi_0", "wi_1"):
+            out[m + name], out[m + name + "_bias"] = ((e, d, f), ("fan_in", d)), ((e, f), "zeros")
+        out[m + "wo"], out[m + "wo_bias"] = ((e, f, d), ("fan_in", f)), ((e, d), "zeros")
+    out["decoder_norm.scale"] = ((d,), "ones")
+    if not spec["tied_embeddings"]:
+        out["logits_dense.kernel"] = ((d, v), ("fan_in", d))
+    return out
+
+
+def own_init(spec, seed):
+    """Kiln's initialisers (kernels: truncated normal on [-2, 2] scaled to variance 1 / fan-in;
+    the embedding: normal with variance 1 / D; biases and sinks 0, norm scales 1) drawn with
+    JAX's generator, on the device: other values than Kiln's, from the same distributions."""
+    def draw(key):  # one program for all of them
+        params = {}
+        for i, (name, (shape, how)) in enumerate(sorted(param_shapes(spec).items())):
+            k = jax.random.fold_in(key, i)
+            if how == "zeros":
+                params[name] = jnp.zeros(shape, F32)
+            elif how == "ones":
+                params[name] = jnp.ones(shape, F32)
+            elif how[0] == "normal":
+                params[name] = jax.random.normal(k, shape, F32) * how[1]
+            else:
+                std = (1.0 / how[1]) ** 0.5 / 0.87962566103423978
+                params[name] = jax.random.truncated_normal(k, -2.0, 2.0, shape, F32) * std
+        return params
+
+    return jax.jit(draw)(jax.random.PRNGKey(seed))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("spec")
@@ -230,25 +338,40 @@ def main():
     ap.add_argument("--moe", default="tiled", choices=["tiled", "ragged"])
     ap.add_argument("--tile", type=int, default=0, help="row tile of the tiled MoE (0: auto)")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--adamw", default="auto", choices=["auto", "optax", "jax"],
+                    help="optax's AdamW chain, or the same written in JAX (auto: optax when it imports)")
+    ap.add_argument("--init-seed", type=int, default=0, help="with WEIGHTS -: the seed of JAX's own draw")
+    ap.add_argument("--remat", action="store_true", help="recompute each layer in the backward pass (remat full)")
     a = ap.parse_args()
+    if a.adamw == "optax" and optax is None:
+        raise SystemExit("jax_gpt_oss: --adamw optax, but optax does not import here")
+    adamw = "optax" if a.adamw == "auto" and optax is not None else ("jax" if a.adamw == "auto" else a.adamw)
 
     spec = json.load(open(a.spec))
     dtype = jnp.bfloat16 if a.dtype == "bfloat16" else F32
     rows = spec["batch"] * spec["seq_len"] * spec["top_k"]
     tile = a.tile or auto_tile(rows, spec["experts"])
-    params = {n: jnp.asarray(v, F32) for n, v in pc.read_params(a.weights).items()}
+    if a.weights == "-":
+        params = own_init(spec, a.init_seed)
+    else:
+        params = {n: jnp.asarray(v, F32) for n, v in pc.read_params(a.weights).items()}
     batch = {k: jnp.asarray(v) for k, v in pc.synthetic_batch(spec).items()}
     lr_table = jnp.asarray(pc.learning_rates(spec, a.steps), F32)
-    tx = optax.chain(
-        optax.clip_by_global_norm(spec["clip"]),
-        optax.adamw(lambda count: lr_table[jnp.minimum(count, a.steps - 1)], b1=spec["adam_b1"], b2=spec["adam_b2"],
-                    eps=spec["adam_eps"], eps_root=0.0, weight_decay=spec["adam_weight_decay"]))
-    opt_state = tx.init(params)
+    if adamw == "optax":
+        tx = optax.chain(
+            optax.clip_by_global_norm(spec["clip"]),
+            optax.adamw(lambda count: lr_table[jnp.minimum(count, a.steps - 1)], b1=spec["adam_b1"],
+                        b2=spec["adam_b2"], eps=spec["adam_eps"], eps_root=0.0,
+                        weight_decay=spec["adam_weight_decay"]))
+        tx_init, tx_update, apply_updates = tx.init, tx.update, optax.apply_updates
+    else:
+        tx_init, tx_update, apply_updates = jax_adamw(spec, lambda count: lr_table[jnp.minimum(count, a.steps - 1)])
+    opt_state = tx_init(params)
 
     def train_step(params, opt_state, batch):
-        loss, grads = jax.value_and_grad(lambda q: loss_fn(spec, dtype, a.moe, tile, q, batch))(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        loss, grads = jax.value_and_grad(lambda q: loss_fn(spec, dtype, a.moe, tile, q, batch, a.remat))(params)
+        updates, opt_state = tx_update(grads, opt_state, params)
+        return apply_updates(params, updates), opt_state, loss
 
     start = time.perf_counter()
     lowered = jax.jit(train_step, donate_argnums=(0, 1)).lower(params, opt_state, batch)
@@ -258,11 +381,14 @@ def main():
     info = {"jax": jax.__version__, "moe": a.moe, "tile": tile if a.moe == "tiled" else None,
             "trace_s": traced - start, "xla_compile_s": compiled - traced,
             "xla_flags": os.environ.get("XLA_FLAGS", ""), "ld_preload": os.environ.get("LD_PRELOAD", ""),
-            "devices": str(jax.devices())}
+            "devices": str(jax.devices()), "adamw": adamw, "remat": a.remat,
+            "weights": "own draw, seed %d" % a.init_seed if a.weights == "-" else a.weights}
     try:
         mem = step.memory_analysis()
         info["temp_mib"] = round(mem.temp_size_in_bytes / 2**20, 1)
         info["argument_mib"] = round(mem.argument_size_in_bytes / 2**20, 1)
+        info["output_mib"] = round(mem.output_size_in_bytes / 2**20, 1)
+        info["alias_mib"] = round(mem.alias_size_in_bytes / 2**20, 1)
     except Exception:  # noqa: BLE001 (not every backend reports it)
         pass
 
@@ -274,6 +400,12 @@ def main():
         times.append(time.perf_counter() - t0)
         losses.append(loss)
         print("step %d: %.3f s, loss %.6f" % (s, times[-1], loss), file=sys.stderr, flush=True)
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+        if "peak_bytes_in_use" in stats:
+            info["peak_bytes_in_use"] = int(stats["peak_bytes_in_use"])
+    except Exception:  # noqa: BLE001 (the CPU backend reports none)
+        pass
     json.dump({"times": times, "losses": losses, "compile_s": compiled - start,
                "first_step_s": compiled - start + times[0], "info": info}, open(a.out, "w"))
 

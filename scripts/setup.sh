@@ -22,6 +22,7 @@ PACKAGES=(
   python3-protobuf protobuf-compiler  # the independent TensorBoard event-file reader (tests/reference)
   libjs-chart.js  # report.html inlines Chart.js from /usr/share/javascript/chart.js (docs/report.md)
   chromium chromium-driver  # the report page's real-browser test (tests/report, Selenium from the venv)
+  patchelf  # make gpu-bundle: the bundled kiln finds its libraries through its own rpath ($ORIGIN/lib)
   "$@"
 )
 
