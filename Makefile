@@ -2,6 +2,7 @@
 #   make run     set up, build, then train gpt-oss-tiny for 30 steps on real English text (fortunes)
 #   make test    set up, build, run every test (ctest)
 #   make build   set up and build only
+#   make setup-tpu  opt-in: libtpu (Google Cloud terms) for kiln compile compile_topology=v6e-N / v5p-N
 #   make asan    the tests under AddressSanitizer + UBSan, in build-asan/
 #   make fuzz    every file reader under libFuzzer (FUZZ_SECONDS each), in build-fuzz/
 #   make bench   benchmarks (bench/): kernels, the whole step vs PyTorch 1.13, kiln plan vs the measured
@@ -10,6 +11,12 @@
 #   make e2e     long end-to-end checks: bf16 vs f32 loss curves (gpt-oss-tiny 200 steps, gpt-oss-small 100),
 #                a model 1.8x a per-process memory cap on 4 MPI ranks, two hosts in network namespaces
 #   make parity  Kiln against Hugging Face transformers' GPT-OSS (logits, loss, every gradient)
+#   make gpu     on a machine with an NVIDIA GPU: gpt-oss-small and the largest seed-shaped GPT-OSS one GPU
+#                holds through backend=pjrt (XLA's CUDA plugin) beside the same step in JAX, in under 8
+#                minutes (GPU_ARGS: bench/gpu_run.py's options); without a GPU one line, exit 0. Needs
+#                no setup: it runs dist/kiln-gpu (make gpu-bundle) when present, else build/kiln
+#   make gpu-bundle  dist/kiln-gpu/ (and .tar.gz): kiln with its shared libraries (rpath $ORIGIN/lib),
+#                configs and make gpu's scripts, to carry to a GPU machine without Kiln's packages
 BUILD_DIR ?= build
 # Paths under the checkout hash relative to it, so another clone (CI) reuses the compile cache.
 export CCACHE_BASEDIR := $(CURDIR)
@@ -18,8 +25,10 @@ export KILN_TOKENIZER_DIR ?= $(abspath $(CURDIR)/../shared/data/tiktoken)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 RUN_ARGS ?=
+GPU_ARGS ?=
+GPU_PYTHON ?= python3
 
-.PHONY: setup configure build run test asan fuzz bench e2e parity clean
+.PHONY: setup setup-tpu configure build run test asan fuzz bench e2e parity gpu gpu-bundle clean
 
 # Debian's packages, then the pinned Python environment .venv (python/requirements.txt: the
 # tiktoken, openai-harmony and TensorBoard references some tests compare with), then on top
@@ -29,6 +38,12 @@ setup:
 	@bash scripts/setup.sh
 	@bash scripts/setup_venv.sh
 	@bash scripts/setup_venv.sh python/requirements-pjrt.txt
+
+# Opt-in: libtpu, Google's PJRT plugin for TPUs, for `kiln compile backend=pjrt
+# compile_topology=v6e-4` (and v5e-N, v5p-N) without a TPU. Its licence is the Google Cloud
+# Platform Terms of Service, not open source: make setup and make test never install it.
+setup-tpu: setup
+	@bash scripts/setup_venv.sh python/requirements-tpu.txt
 
 configure: setup
 	@cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS) > /dev/null
@@ -101,5 +116,16 @@ parity: build
 	@bash scripts/setup_venv.sh python/requirements-parity.txt
 	KILN=$(BUILD_DIR)/kiln bash scripts/parity.sh
 
+# One command on a GPU (docs/backends.md, "On a GPU"): no dependency on setup or build, since a
+# lent GPU machine has its own image (Python, JAX, CUDA) and none of Kiln's Debian packages.
+# GPU_PYTHON is the interpreter with JAX (the driver itself needs only the standard library).
+gpu:
+	@$(GPU_PYTHON) bench/gpu_run.py $(GPU_ARGS)
+
+# The self-contained kiln make gpu runs on such a machine (scripts/gpu_bundle.sh): fails in one
+# line past 64 MiB; checks the bundled binary runs on its own libraries.
+gpu-bundle: build
+	@bash scripts/gpu_bundle.sh $(BUILD_DIR)/kiln dist/kiln-gpu
+
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-fuzz
+	rm -rf $(BUILD_DIR) build-asan build-fuzz dist/kiln-gpu dist/kiln-gpu.tar.gz

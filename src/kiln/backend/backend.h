@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,6 +51,24 @@ struct CompileOptions {
   passes::CompileChoices choices() const { return {remat_policy, fuse}; }
 };
 
+// What XLA made of an ahead-of-time compile for hardware that is not here (backend=pjrt
+// compile_topology=...): its per-device memory and its census of the optimized program.
+struct XlaCompileReport {
+  std::string topology;       // "h100-4"
+  std::string device;         // the hardware file's description
+  std::string platform;       // "cuda", "tpu"
+  std::string plugin_version;  // PJRT C API version of the plugin that compiled it
+  double capacity_bytes = 0;   // one device's memory
+  double peak_bf16_tflops = 0;
+  // XLA's memory statistics per device (PJRT_Executable_GetCompiledMemoryStats).
+  int64_t argument_bytes = 0, output_bytes = 0, alias_bytes = 0, temp_bytes = 0, generated_code_bytes = 0;
+  int64_t peak_bytes = 0;  // XLA's own peak, or arguments + outputs - aliased + temporaries
+  double compile_seconds = 0;  // XLA's part
+  // The optimized program (pjrt/hlo_census.h): kernels and collectives as XLA runs them.
+  int64_t instructions = 0, fusions = 0, gemms = 0, grouped_matmuls = 0, attention = 0, while_loops = 0;
+  std::map<std::string, int64_t> fusion_kinds, collectives, async_collectives, custom_calls;
+};
+
 // What compilation made of the module, for `kiln compile` and tests.
 struct CompileReport {
   int64_t instructions_before = 0;
@@ -90,6 +109,7 @@ struct CompileReport {
   // starts at the first instruction named "*.grad" in program order): what the forward
   // pass keeps for the backward pass. 0 when the program has no gradients.
   int64_t saved_activation_bytes = 0;
+  std::optional<XlaCompileReport> xla;  // set by an ahead-of-time compile (compile_topology)
 };
 
 // Sees every instruction an executable runs, with its wall-clock interval (steady_clock
@@ -148,9 +168,10 @@ class Executable {
   virtual Result<std::unique_ptr<DeviceValue>> to_device(Buffer host, int replica = 0) const;
   virtual Result<DeviceValues> run_on_device(std::span<DeviceValue* const> args);
 
-  // How many devices one execution covers: 1, or every device of the mesh for a backend that
-  // runs one program on all of them (XLA's replica mode). Such an executable runs them all at
-  // once: args[r] are replica r's arguments.
+  // How many devices one execution covers: 1, or every device of the mesh this process runs
+  // (all of them in one process; a rank's own across MPI ranks) for a backend that runs one
+  // program on all of them (XLA's replica mode). Such an executable runs them all at once:
+  // args[r] are replica r's arguments.
   virtual int num_replicas() const { return 1; }
   virtual Result<std::vector<DeviceValues>> run_replicas_on_device(const std::vector<std::vector<DeviceValue*>>& args);
 

@@ -1,7 +1,10 @@
 // The name table of backends: what the `backend` key names, and what needs more than one
 // backend (the interpreter fallback, the host's peaks). Its own library (kiln_backends), since
 // it links every backend, and each backend links the interface.
+#include <filesystem>
+
 #include "kiln/backend/backend.h"
+#include "kiln/config/compile_topology.h"
 #include "kiln/backend/pjrt/pjrt_backend.h"
 
 namespace kiln::backend {
@@ -16,9 +19,17 @@ Result<const Backend*> backend_named(std::string_view name) {
 Result<const Backend*> backend_for(const config::Config& config) {
   const std::string& name = config.get_string("backend");
   if (name != "pjrt") return backend_named(name);
+  if (const std::string& topology_name = config.get_string("compile_topology"); !topology_name.empty()) {
+    KILN_ASSIGN_OR_RETURN(config::CompileTopology topology,
+                          config::parse_compile_topology(topology_name, config.derived().num_slices));
+    KILN_ASSIGN_OR_RETURN(pjrt::AotTarget target,
+                          pjrt::aot_target(topology, (std::filesystem::path(config::find_configs_dir()) / "targets").string()));
+    return pjrt::pjrt_aot_backend(target, config.get_string("pjrt_plugin"));
+  }
   pjrt::PjrtBackendOptions options;
   options.plugin = config.get_string("pjrt_plugin");
   options.num_devices = static_cast<int>(config.derived().local_devices);
+  options.num_nodes = static_cast<int>(config.derived().num_ranks);
   return pjrt::pjrt_backend(options);
 }
 
@@ -35,17 +46,15 @@ Result<std::vector<std::unique_ptr<Executable>>> compile_each(const Backend& bac
     }
     return out;
   }
-  const int64_t devices = options.mesh.num_devices();
-  if (first_device != 0 || local_devices != devices) {
-    return unimplemented("backend={} runs every device of the mesh ({}) from one process; this process has devices "
-                         "{} to {}",
-                         backend.name(), options.mesh.to_string(), first_device, first_device + local_devices - 1);
-  }
+  // Across processes (backend=pjrt under mpirun) every process compiles the program for all the
+  // mesh's devices and runs the replicas of its own: devices first_device and on.
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe, backend.compile(module, options));
-  if (exe->num_replicas() != devices) {
-    return internal_error("backend={} compiled {} replicas for {} devices", backend.name(), exe->num_replicas(), devices);
+  if (exe->num_replicas() != local_devices) {
+    return internal_error("backend={} compiled {} replicas to run here for devices {} to {} of {}", backend.name(),
+                          exe->num_replicas(), first_device, first_device + local_devices - 1,
+                          options.mesh.num_devices());
   }
-  if (devices == 1) {
+  if (local_devices == 1) {
     out.push_back(std::move(exe));
     return out;
   }

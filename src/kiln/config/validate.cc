@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "kiln/base/strings.h"
+#include "kiln/config/compile_topology.h"
 #include "kiln/config/remat_policies.h"
 
 namespace kiln::config {
@@ -176,13 +177,34 @@ Status derive_devices_and_mesh(const Config& c, int64_t num_ranks, Derived& d) {
 
   int64_t local = c.get_int("local_devices");
   int64_t slices = c.get_int("num_slices");
+  if (const std::string& topology_name = c.get_string("compile_topology"); !topology_name.empty()) {
+    // An ahead-of-time compile: the devices are the named slices', none of them here.
+    KILN_ASSIGN_OR_RETURN(CompileTopology topology,
+                          parse_compile_topology(topology_name, std::max<int64_t>(1, c.get_int("compile_topology_num_slices"))));
+    if (num_ranks > 1) {
+      return invalid_argument("compile_topology={}: an ahead-of-time compile runs in one process, not {} MPI ranks",
+                              topology_name, num_ranks);
+    }
+    if (local != -1 && local != topology.total_devices()) {
+      return invalid_argument("{}: compile_topology={} has {} devices; leave local_devices at -1",
+                              setting(c, "local_devices"), topology_name, topology.total_devices());
+    }
+    if (slices != 1 && slices != topology.num_slices) {
+      return invalid_argument("{}: compile_topology_num_slices={} sets the slices; leave num_slices at 1",
+                              setting(c, "num_slices"), topology.num_slices);
+    }
+    local = topology.total_devices();
+    slices = topology.num_slices;
+  }
   if (local == 0 || local < -1) {
     return invalid_argument(
         "{}: expected a positive device count, or -1 for as many as the mesh sizes need",
         setting(c, "local_devices"));
   }
   std::string note;
-  if (local == -1) {
+  if (!c.get_string("compile_topology").empty()) {
+    note = fmt::format("compile_topology={}", c.get_string("compile_topology"));
+  } else if (local == -1) {
     // The fewest devices per process that cover the explicit sizes; a -1 axis then fills
     // whatever that leaves (so default settings on 2 ranks give fsdp=2).
     int64_t needed = explicit_ici * slices;
@@ -325,9 +347,16 @@ Status check_pjrt_plugin(const Config& c) {
 
 // What backend=pjrt cannot do, said before any work: XLA runs the whole step as one program
 // (no per-kernel spans for a trace or the attribution table), every device of the mesh from
-// one process (the plugin's devices), and Kiln measures only this CPU's peak for MFU.
+// one process on XLA's CPU plugin, and Kiln measures only this CPU's peak for MFU.
 Status check_pjrt_keys(const Config& c, int64_t num_ranks) {
-  if (c.get_string("backend") != "pjrt") return ok_status();
+  if (c.get_string("backend") != "pjrt") {
+    if (!c.get_string("compile_topology").empty()) {
+      return invalid_argument("compile_topology={}: compiling for hardware that is not here goes through XLA; add "
+                              "backend=pjrt",
+                              c.get_string("compile_topology"));
+    }
+    return ok_status();
+  }
   if (!c.get_string("profiler").empty()) {
     return invalid_argument("{}: backend=pjrt runs the step as one XLA program, without Kiln's per-kernel spans; "
                             "profile with backend=cpu, or leave profiler unset",
@@ -338,11 +367,16 @@ Status check_pjrt_keys(const Config& c, int64_t num_ranks) {
                             "the attribution table; use backend=cpu for it",
                             setting(c, "report"));
   }
-  if (num_ranks > 1) {
-    return invalid_argument("backend=pjrt runs every device of the mesh from one process (the plugin's devices), "
-                            "not {} MPI ranks: run it without mpirun",
-                            num_ranks);
+  // Across processes each rank's client joins the others' through the plugin (node_id,
+  // num_nodes and a key-value store over MPI): XLA's GPU plugin does, the CPU plugin does not
+  // (xla-cpu-pjrt 0.0.1 ignores node_id and num_nodes; no collective crosses its processes).
+  if (num_ranks > 1 && c.get_string("pjrt_plugin") == "cpu") {
+    return invalid_argument("{}: XLA's CPU plugin runs every device from one process, not {} MPI ranks: run it "
+                            "without mpirun (local_devices=N), or across processes with pjrt_plugin=cuda, tpu or a "
+                            "plugin path",
+                            setting(c, "pjrt_plugin"), num_ranks);
   }
+  if (!c.get_string("compile_topology").empty()) return ok_status();  // the target file has the peaks
   if (c.get_string("pjrt_plugin") != "cpu" && c.get_float("hardware_peak_tflops") <= 0) {
     return invalid_argument("{}: set hardware_peak_tflops to the device's peak with backend=pjrt on an accelerator "
                             "(MFU divides by it; Kiln measures only this machine's CPU)",

@@ -287,7 +287,7 @@ Result<Target> parse_target(const std::string& yaml_text, const std::string& whe
       "name",    "description",        "sources",          "peak_tflops",         "memory",
       "links",   "devices_per_node",   "kernels",          "kernels_bf16",        "host_us_per_kernel",
       "collectives_overlap", "collective_in_step", "collective_wait", "attention", "gemm_shapes",
-      "gemm_sizes", "calibrated"};
+      "gemm_sizes", "calibrated", "xla_gpu"};  // xla_gpu: for ahead-of-time compiles (backend/pjrt/aot_target.h)
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {

@@ -1,6 +1,8 @@
 #include "kiln/backend/pjrt/pjrt_client.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <map>
 #include <span>
 #include <utility>
 
@@ -10,17 +12,56 @@ namespace kiln::backend::pjrt {
 
 namespace {
 
-// The one create option Kiln passes, and only to a CPU plugin: XLA's GPU and TPU plugins
-// refuse options they do not know.
+// The create options Kiln passes: cpu_device_count only to a CPU plugin (XLA's GPU and TPU
+// plugins refuse options they do not know), node_id and num_nodes to a plugin given a
+// key-value store (the GPU plugin's multi-node options; the CPU plugin accepts and ignores
+// them, libtpu refuses them: measured, docs/backends.md).
 constexpr std::string_view kCpuDeviceCount = "cpu_device_count";
+constexpr std::string_view kNodeId = "node_id";
+constexpr std::string_view kNumNodes = "num_nodes";
 
-Result<PJRT_Client*> create_raw(const PJRT_Api& api, std::span<const PJRT_NamedValue> options) {
+PJRT_NamedValue int64_option(std::string_view name, int64_t value) {
+  PJRT_NamedValue option{};
+  option.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+  option.name = name.data();
+  option.name_size = name.size();
+  option.type = PJRT_NamedValue_kInt64;
+  option.int64_value = value;
+  option.value_size = 1;
+  return option;
+}
+
+Result<PJRT_Client*> create_raw(const PJRT_Api& api, std::span<const PJRT_NamedValue> options,
+                                PjrtKvCallbacks* kv_callbacks) {
   PJRT_Client_Create_Args args{};
   args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
   args.create_options = options.data();
   args.num_options = options.size();
+  if (kv_callbacks != nullptr) kv_callbacks->install(args);
   KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api, PJRT_Client_Create, &args));
   return args.client;
+}
+
+// A device's PJRT id and the process it belongs to.
+struct DeviceInfo {
+  int64_t id = 0;
+  int process = 0;
+};
+
+Result<DeviceInfo> device_info(const PJRT_Api& api, PJRT_Device* device) {
+  PJRT_Device_GetDescription_Args description{};
+  description.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  description.device = device;
+  KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api, PJRT_Device_GetDescription, &description));
+  PJRT_DeviceDescription_Id_Args id{};
+  id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
+  id.device_description = description.device_description;
+  KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api, PJRT_DeviceDescription_Id, &id));
+  PJRT_DeviceDescription_ProcessIndex_Args process{};
+  process.struct_size = PJRT_DeviceDescription_ProcessIndex_Args_STRUCT_SIZE;
+  process.device_description = description.device_description;
+  KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api, PJRT_DeviceDescription_ProcessIndex, &process));
+  return DeviceInfo{id.id, process.process_index};
 }
 
 std::string_view pjrt_type_name(PJRT_Buffer_Type type) {
@@ -135,28 +176,56 @@ Result<Buffer> DeviceBuffer::to_host() const {
 // ---------------------------------------------------------------------------------------------
 // Client
 
-Result<std::unique_ptr<Client>> Client::create(const Plugin& plugin, int num_devices) {
+Result<std::unique_ptr<Client>> Client::create(const Plugin& plugin, int num_devices,
+                                               const DistributedOptions& distributed) {
   if (num_devices < 0) return invalid_argument("pjrt: a client of {} devices", num_devices);
+  if (distributed.num_nodes < 1 || distributed.node_id < 0 || distributed.node_id >= distributed.num_nodes) {
+    return invalid_argument("pjrt: node_id={} of num_nodes={}: expected 0 <= node_id < num_nodes",
+                            distributed.node_id, distributed.num_nodes);
+  }
   const PJRT_Api& api = plugin.api();
-  // The platform, and so which create options the plugin takes, is known only once a client
-  // exists: a client with no options first. A CPU plugin is then made again with the device
-  // count asked for (the CPU client is cheap to make; other plugins' clients are kept).
-  KILN_ASSIGN_OR_RETURN(PJRT_Client* raw, create_raw(api, {}));
+  std::vector<PJRT_NamedValue> options;
+  std::unique_ptr<PjrtKvCallbacks> kv_callbacks;
+  if (distributed.kv_store != nullptr) {
+    options.push_back(int64_option(kNodeId, distributed.node_id));
+    options.push_back(int64_option(kNumNodes, distributed.num_nodes));
+    // The plugin's keys under its file's name: two plugins in one job keep apart.
+    kv_callbacks = std::make_unique<PjrtKvCallbacks>(
+        distributed.kv_store, "pjrt/" + std::filesystem::path(plugin.path()).filename().string() + "/");
+  }
+  // The platform, and so whether the plugin takes cpu_device_count, is known only once a
+  // client exists: a client with `distributed`'s options first. A CPU plugin is then made again
+  // with the device count asked for (the CPU client is cheap to make; other plugins' clients
+  // are kept).
+  KILN_ASSIGN_OR_RETURN(PJRT_Client* raw, create_raw(api, options, kv_callbacks.get()));
   std::unique_ptr<Client> client(new Client(plugin, raw));
+  client->kv_callbacks_ = std::move(kv_callbacks);
   KILN_RETURN_IF_ERROR(client->init_devices(0));
   if (client->platform_name_ == "cpu" && num_devices > 0 && client->num_devices() != num_devices) {
+    kv_callbacks = std::move(client->kv_callbacks_);
     client.reset();
-    PJRT_NamedValue count{};
-    count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-    count.name = kCpuDeviceCount.data();
-    count.name_size = kCpuDeviceCount.size();
-    count.type = PJRT_NamedValue_kInt64;
-    count.int64_value = num_devices;
-    count.value_size = 1;
-    KILN_ASSIGN_OR_RETURN(raw, create_raw(api, std::span(&count, 1)));
+    options.push_back(int64_option(kCpuDeviceCount, num_devices));
+    KILN_ASSIGN_OR_RETURN(raw, create_raw(api, options, kv_callbacks.get()));
     client.reset(new Client(plugin, raw));
+    client->kv_callbacks_ = std::move(kv_callbacks);
   }
   KILN_RETURN_IF_ERROR(client->init_devices(num_devices));
+  if (distributed.num_nodes > 1 && client->num_processes_ != distributed.num_nodes) {
+    // Measured on xla-cpu-pjrt 0.0.1: node_id and num_nodes are accepted and ignored; every
+    // process gets a client of its own devices as process 0, and no collective crosses them.
+    return failed_precondition("pjrt: the {} plugin ({}) made a client of {} process(es) for node_id={} of "
+                               "num_nodes={}: it does not span processes; run one process, or a plugin that does "
+                               "(cuda)",
+                               client->platform_name_, plugin.path(), client->num_processes_, distributed.node_id,
+                               distributed.num_nodes);
+  }
+  if (client->process_index_ != distributed.node_id) {
+    // Replica p * n + r runs on process p's device r, and Kiln's rank p feeds devices p * n
+    // and on: the plugin's process index must be the rank (libtpu numbers hosts itself).
+    return failed_precondition("pjrt: the {} plugin ({}) made this process its process {}, but it is MPI rank {}: "
+                               "launch the ranks in the plugin's host order (on TPUs, rank r on TPU_WORKER_ID r)",
+                               client->platform_name_, plugin.path(), client->process_index_, distributed.node_id);
+  }
   return client;
 }
 
@@ -174,42 +243,58 @@ Status Client::init_devices(int num_devices) {
   KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api(), PJRT_Client_PlatformName, &name));
   platform_name_.assign(name.platform_name, name.platform_name_size);
 
-  PJRT_Client_AddressableDevices_Args devices{};
-  devices.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
-  devices.client = client_;
-  KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api(), PJRT_Client_AddressableDevices, &devices));
-  const int available = static_cast<int>(devices.num_addressable_devices);
+  PJRT_Client_ProcessIndex_Args process{};
+  process.struct_size = PJRT_Client_ProcessIndex_Args_STRUCT_SIZE;
+  process.client = client_;
+  KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api(), PJRT_Client_ProcessIndex, &process));
+  process_index_ = process.process_index;
+
+  // The job's devices, each process's by id. Every process must compile with the same device
+  // assignment, so the order comes from what every process sees alike (ids and process
+  // indices), not from the order a plugin happens to list its own devices in.
+  PJRT_Client_Devices_Args all{};
+  all.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE;
+  all.client = client_;
+  KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api(), PJRT_Client_Devices, &all));
+  std::map<int, std::vector<std::pair<int64_t, PJRT_Device*>>> by_process;
+  for (size_t i = 0; i < all.num_devices; ++i) {
+    KILN_ASSIGN_OR_RETURN(DeviceInfo info, device_info(api(), all.devices[i]));
+    by_process[info.process].emplace_back(info.id, all.devices[i]);
+  }
+  for (auto& [p, devices] : by_process) std::sort(devices.begin(), devices.end());
+  num_processes_ = static_cast<int>(by_process.size());
+
+  const auto own = by_process.find(process_index_);
+  const int available = own == by_process.end() ? 0 : static_cast<int>(own->second.size());
   if (num_devices > available) {
     return failed_precondition("pjrt: the {} plugin ({}) has {} devices; {} were asked for", platform_name_,
                                plugin_.path(), available, num_devices);
   }
   const int used = num_devices > 0 ? num_devices : available;
-  devices_.assign(devices.addressable_devices, devices.addressable_devices + used);
+  devices_.clear();
   device_ids_.clear();
-  for (PJRT_Device* device : devices_) {
-    PJRT_Device_GetDescription_Args description{};
-    description.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
-    description.device = device;
-    KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api(), PJRT_Device_GetDescription, &description));
-    PJRT_DeviceDescription_Id_Args id{};
-    id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
-    id.device_description = description.device_description;
-    KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api(), PJRT_DeviceDescription_Id, &id));
-    device_ids_.push_back(id.id);
+  for (int i = 0; i < used; ++i) {
+    device_ids_.push_back(own->second[i].first);
+    devices_.push_back(own->second[i].second);
+  }
+  // Every process uses as many of its devices as this one (Kiln's ranks have local_devices each).
+  global_device_ids_.clear();
+  for (const auto& [p, devices] : by_process) {
+    for (int i = 0; i < used && i < static_cast<int>(devices.size()); ++i) global_device_ids_.push_back(devices[i].first);
   }
   return ok_status();
 }
 
 Result<std::unique_ptr<LoadedExecutable>> Client::compile(std::string_view stablehlo_text, int num_replicas) const {
-  if (num_replicas < 1 || num_replicas > num_devices()) {
+  if (num_replicas < 1 || num_replicas > num_global_devices()) {
     return invalid_argument("pjrt: cannot compile for {} replicas on a client of {} devices", num_replicas,
-                            num_devices());
+                            num_global_devices());
   }
-  // The device assignment is explicit, replica r on the client's device r, so that the
-  // argument lists of execute() line up with to_device()'s device indices on every plugin
-  // (XLA:CPU's default happens to be the same).
-  const std::string options =
-      compile_options_proto(num_replicas, /*num_partitions=*/1, std::span(device_ids_).first(num_replicas));
+  // The device assignment is explicit, replica r on the job's device r (this process's device
+  // r on one host), so that the argument lists of execute() line up with to_device()'s device
+  // indices on every plugin (XLA:CPU's default happens to be the same).
+  const std::span<const int64_t> assignment = std::span(global_device_ids_).first(num_replicas);
+  const std::string options = compile_options_proto(num_replicas, /*num_partitions=*/1, assignment);
   std::string code(stablehlo_text);  // PJRT_Program.code is not const
   static constexpr std::string_view kFormat = "mlir";  // StableHLO text or bytecode
   PJRT_Program program{};
@@ -247,9 +332,13 @@ Result<std::unique_ptr<LoadedExecutable>> Client::compile(std::string_view stabl
     if (it == devices_.end()) return internal_error("pjrt: replica {} runs on a device the client does not use", r);
     exe->devices_.push_back(static_cast<int>(it - devices_.begin()));
   }
-  if (exe->num_replicas() != num_replicas) {
-    return internal_error("pjrt: compiled for {} replicas, the executable runs on {} devices", num_replicas,
-                          exe->num_replicas());
+  const auto local = std::count_if(assignment.begin(), assignment.end(), [&](int64_t id) {
+    return std::find(device_ids_.begin(), device_ids_.end(), id) != device_ids_.end();
+  });
+  if (exe->num_replicas() != local) {
+    return internal_error("pjrt: compiled for {} replicas, {} of them on this process's devices; the executable runs "
+                          "on {} devices",
+                          num_replicas, local, exe->num_replicas());
   }
   return exe;
 }
@@ -384,14 +473,18 @@ Result<std::vector<std::vector<DeviceBuffer>>> LoadedExecutable::execute(
 }
 
 Result<CompiledMemoryStats> LoadedExecutable::compiled_memory_stats() const {
-  if (!plugin_.has(offsetof(PJRT_Api, PJRT_Executable_GetCompiledMemoryStats))) {
-    return unimplemented("pjrt: {} (PJRT C API {}) does not report compiled memory statistics", plugin_.path(),
-                         plugin_.version());
+  return executable_memory_stats(plugin_, executable_);
+}
+
+Result<CompiledMemoryStats> executable_memory_stats(const Plugin& plugin, PJRT_Executable* executable) {
+  if (!plugin.has(offsetof(PJRT_Api, PJRT_Executable_GetCompiledMemoryStats))) {
+    return unimplemented("pjrt: {} (PJRT C API {}) does not report compiled memory statistics", plugin.path(),
+                         plugin.version());
   }
   PJRT_Executable_GetCompiledMemoryStats_Args args{};
   args.struct_size = PJRT_Executable_GetCompiledMemoryStats_Args_STRUCT_SIZE;
-  args.executable = executable_;
-  KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(api(), PJRT_Executable_GetCompiledMemoryStats, &args));
+  args.executable = executable;
+  KILN_RETURN_IF_ERROR(KILN_PJRT_CALL(plugin.api(), PJRT_Executable_GetCompiledMemoryStats, &args));
   CompiledMemoryStats stats;
   stats.generated_code_bytes = args.generated_code_size_in_bytes;
   stats.argument_bytes = args.argument_size_in_bytes;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/backend/buffer.h"
+#include "kiln/backend/pjrt/kv_store.h"
 #include "kiln/backend/pjrt/pjrt_plugin.h"
 #include "kiln/base/status.h"
 #include "kiln/ir/shape.h"
@@ -70,17 +71,25 @@ struct CompiledMemoryStats {
   int64_t host_temp_bytes = 0;
 };
 
+// XLA's memory statistics of any compiled executable (loaded or ahead of time); unimplemented
+// when the plugin does not report them.
+Result<CompiledMemoryStats> executable_memory_stats(const Plugin& plugin, PJRT_Executable* executable);
+
 class LoadedExecutable {
  public:
   ~LoadedExecutable();
   LoadedExecutable(const LoadedExecutable&) = delete;
   LoadedExecutable& operator=(const LoadedExecutable&) = delete;
 
+  // The replicas this process runs: all of them on one host; across processes, the ones on
+  // this process's devices (replica p * n + r of the job is this process's replica r when
+  // this is process p of n devices each).
   int num_replicas() const { return static_cast<int>(devices_.size()); }
   int num_outputs() const { return num_outputs_; }
 
-  // Runs once on every replica: args_per_device[r] is replica r's argument list, each buffer
-  // on the device replica r runs on (the client's device r). Returns each replica's outputs.
+  // Runs once on every replica of this process: args_per_device[r] is replica r's argument
+  // list, each buffer on the device replica r runs on (the client's device r); across
+  // processes every process calls it, each with its own replicas. Returns each replica's outputs.
   // The arguments whose indices are in `donated_args` are given to the execution: XLA may
   // write outputs into them when the program aliases them (the argument attribute
   // `tf.aliasing_output = <output index> : i32`), and they are consumed (reset) afterwards.
@@ -104,23 +113,45 @@ class LoadedExecutable {
   std::vector<int> devices_;  // replica r runs on the client's device devices_[r]
 };
 
+// This process's place in a job of several processes, one client each (mpirun across hosts):
+// what PJRT_Client_Create needs to make one client of the job's devices.
+struct DistributedOptions {
+  int node_id = 0;    // this process (the MPI rank)
+  int num_nodes = 1;  // processes in the job
+  // Given: node_id and num_nodes go to the plugin as named create options and the store as its
+  // key-value callbacks (XLA's GPU plugin exchanges topologies and NCCL ids through it), keys
+  // under the plugin's file name. Null: no create options (libtpu refuses node_id; it finds its
+  // slice's hosts itself). Must outlive the client.
+  KvStore* kv_store = nullptr;
+};
+
 class Client {
  public:
-  // A client of `plugin` with `num_devices` devices (0: as many as the plugin has). A CPU
-  // plugin makes that many (the named create option cpu_device_count); other plugins get no
-  // create options, and the client uses the first num_devices of the devices they have.
-  static Result<std::unique_ptr<Client>> create(const Plugin& plugin, int num_devices);
+  // A client of `plugin` with `num_devices` devices of this process (0: as many as the plugin
+  // has). A CPU plugin makes that many (the named create option cpu_device_count); other
+  // plugins get only `distributed`'s options, and the client uses the first num_devices of the
+  // devices they have. With num_nodes > 1 the plugin's client must span the job: a plugin that
+  // makes a client of this process alone (XLA's CPU plugin ignores node_id and num_nodes) is
+  // a failed precondition naming it.
+  static Result<std::unique_ptr<Client>> create(const Plugin& plugin, int num_devices,
+                                                const DistributedOptions& distributed = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
   const Plugin& plugin() const { return plugin_; }
-  int num_devices() const { return static_cast<int>(devices_.size()); }
+  int num_devices() const { return static_cast<int>(devices_.size()); }  // this process's
   const std::string& platform_name() const { return platform_name_; }  // "cpu", "cuda", "tpu"
+  int process_index() const { return process_index_; }
+  int num_processes() const { return num_processes_; }
+  // The job's devices: num_devices() on each of num_processes().
+  int num_global_devices() const { return static_cast<int>(global_device_ids_.size()); }
 
   // Compiles StableHLO text (MLIR's pretty or generic form; the plugin parses both) for
-  // num_replicas devices, replica r on device r. A syntax or verifier error is a one-line
-  // Status with the plugin's diagnostic.
+  // num_replicas devices of the job, replica p * num_devices() + r on process p's device r (on
+  // one host: replica r on device r). Across processes every process compiles the same program
+  // with the same device assignment and runs its own replicas. A syntax or verifier error is a
+  // one-line Status with the plugin's diagnostic.
   Result<std::unique_ptr<LoadedExecutable>> compile(std::string_view stablehlo_text, int num_replicas) const;
 
   // Copies a host buffer (pred, s32, u32, bf16, f32, f64) to device `device`.
@@ -134,8 +165,14 @@ class Client {
   const Plugin& plugin_;
   PJRT_Client* client_;
   std::string platform_name_;
-  std::vector<PJRT_Device*> devices_;
+  std::vector<PJRT_Device*> devices_;  // this process's, by device id
   std::vector<int64_t> device_ids_;  // PJRT_DeviceDescription_Id of devices_[i]
+  // Every process's devices, process by process, each by id (the same list on every process):
+  // the device assignment of compile().
+  std::vector<int64_t> global_device_ids_;
+  int process_index_ = 0;
+  int num_processes_ = 1;
+  std::unique_ptr<PjrtKvCallbacks> kv_callbacks_;  // what the plugin calls, while the client lives
 };
 
 }  // namespace kiln::backend::pjrt

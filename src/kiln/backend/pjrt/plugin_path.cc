@@ -28,7 +28,7 @@ constexpr KnownPlugin kKnownPlugins[] = {
     {"cpu", "XLA CPU plugin (xla-cpu-pjrt)", "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so",
      "bash scripts/setup_venv.sh python/requirements-pjrt.txt"},
     {"cuda", "XLA CUDA plugin (jax-cuda13-pjrt)", "jax_plugins/*/xla_cuda_plugin.so",
-     "{}/bin/pip install jax-cuda13-pjrt"},
+     "bash scripts/setup_venv.sh python/requirements-pjrt.txt"},
     {"tpu", "TPU plugin (libtpu)", "libtpu/libtpu.so", "bash scripts/setup_venv.sh python/requirements-tpu.txt"},
 };
 
