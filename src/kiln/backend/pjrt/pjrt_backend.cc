@@ -88,7 +88,7 @@ class PjrtExecutable : public Executable {
       std::ofstream(options.dump_dir + "/optimized.ir") << ir::print_module(*module_);
       std::ofstream(options.dump_dir + "/program.stablehlo.mlir") << stablehlo;
     }
-    if (aot_ != nullptr) return compile_ahead_of_time(stablehlo, start);
+    if (aot_ != nullptr) return compile_ahead_of_time(stablehlo, start, options.dump_dir);
     KILN_ASSIGN_OR_RETURN(loaded_, client_->compile(stablehlo, replicas_));
     // Across processes the program is compiled for every replica of the job; this process runs
     // (and is given arguments for) its own devices' replicas only.
@@ -174,8 +174,11 @@ class PjrtExecutable : public Executable {
                                aot_->topology.name, aot_->description);
   }
 
-  Status compile_ahead_of_time(const std::string& stablehlo, std::chrono::steady_clock::time_point start) {
+  Status compile_ahead_of_time(const std::string& stablehlo, std::chrono::steady_clock::time_point start,
+                               const std::string& dump_dir) {
     KILN_ASSIGN_OR_RETURN(AotExecutable exe, compile_for_topology(*plugin_, aot_->spec, stablehlo, replicas_));
+    // XLA's optimized program as it returned it (a serialized xla.HloModuleProto), for its tools.
+    if (!dump_dir.empty()) std::ofstream(dump_dir + "/xla_optimized.hlo.pb", std::ios::binary) << exe.optimized_hlo;
     KILN_ASSIGN_OR_RETURN(HloCensus census, hlo_census(exe.optimized_hlo));
     XlaCompileReport x;
     x.topology = aot_->topology.name;
