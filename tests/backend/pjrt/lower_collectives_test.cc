@@ -2,7 +2,8 @@
 // the reference interpreter, beyond the registry examples (which run on one device): every
 // collective on 4-device meshes (groups along one axis, along both, in both axis orders, and
 // of one device), the async pairs, ragged exchanges with uneven, empty, negative and cut
-// blocks, and grouped matmuls with empty groups, padding rows and non-finite values.
+// blocks, and grouped matmuls with empty groups, padding rows and non-finite values (both the
+// masked dense form and the tiled one).
 //
 // Tolerances: exact for what only moves data (gathers, slices, ragged exchanges); expect_close's
 // defaults for sums (1e-5 relative for f32 against the interpreter's double sums, 1e-2 for
@@ -51,7 +52,8 @@ config::Mesh data_tensor() { return config::Mesh({"data", "tensor"}, {2, 2}); }
 // Runs `text` on every device of `mesh` on the plugin and on the interpreter and compares;
 // args[d] are device d's arguments (random, a different seed per device, when empty).
 void expect_same(const std::string& what, const std::string& text, const config::Mesh& mesh,
-                 std::vector<std::vector<Literal>> args = {}, double relative = -1) {
+                 std::vector<std::vector<Literal>> args = {}, double relative = -1,
+                 bool tiled_grouped_matmul = false) {
   std::unique_ptr<ir::Module> module = parse(text);
   ASSERT_NE(module, nullptr);
   if (args.empty()) {
@@ -59,6 +61,7 @@ void expect_same(const std::string& what, const std::string& text, const config:
   }
   EmitOptions options;
   options.mesh = mesh;
+  options.tiled_grouped_matmul = tiled_grouped_matmul;
   auto want = testing::run_on_interpreter(*module, mesh, args);
   ASSERT_TRUE(want.ok()) << what << ": " << want.status().message();
   auto got = testing::run_on_cpu_plugin(*module, options, args);
@@ -333,9 +336,13 @@ std::string tgmm_text(const std::string& x, const std::string& dy, const std::st
                      fmt::format("  ROOT %y = {} grouped_matmul_weight_grad(%x, %d, %s){}\n", out, attrs));
 }
 
+// Both lowerings XLA:CPU runs: the masked dense product and the loop over row tiles (the GPU
+// form, EmitOptions::tiled_grouped_matmul).
 void expect_same_one_device(const std::string& what, const std::string& text, std::vector<Literal> args,
                             double relative = -1) {
-  expect_same(what, text, config::Mesh(), {std::move(args)}, relative);
+  for (bool tiled : {false, true}) {
+    expect_same(what + (tiled ? " (tiled)" : " (dense)"), text, config::Mesh(), {args}, relative, tiled);
+  }
 }
 
 TEST(LowerGroupedMatmul, UnevenGroupsEmptyGroupsAndPaddingRows) {
@@ -408,6 +415,57 @@ TEST(LowerGroupedMatmul, NonFiniteValuesStayInTheirGroup) {
                          {literal("f32[6,2]", xv), literal("f32[3,2,2]", wv), sizes});
   expect_same_one_device("tgmm non-finite", tgmm_text("f32[6,2]", "f32[6,2]", "s32[3]", "f32[3,2,2]"),
                          {literal("f32[6,2]", xv), random_literal("f32[6,2]", 33), sizes});
+}
+
+// The tiled form's tiles: T = 8 rows below 64 rows per group, up to 256 for long groups; groups
+// of many tiles, a group that ends inside the last window (M - T), no rows at all, every row in
+// one group, fewer rows than 8 (T = M), and batched entries whose groups straddle tiles.
+TEST(LowerGroupedMatmul, TiledFormOverManyTilesPerGroup) {
+  // 300 rows, 2 groups: T = 32; 100 + 187 rows (4 and 6 tiles), 13 padding rows.
+  expect_same_one_device("tiles of 32", gmm_text("f32[300,8]", "f32[2,8,6]", "s32[2]", "f32[300,6]"),
+                         {random_literal("f32[300,8]", 41), random_literal("f32[2,8,6]", 42),
+                          literal("s32[2]", {100, 187})});
+  expect_same_one_device("tiles of 32, weight grad", tgmm_text("f32[300,8]", "f32[300,6]", "s32[2]", "f32[2,8,6]"),
+                         {random_literal("f32[300,8]", 43), random_literal("f32[300,6]", 44),
+                          literal("s32[2]", {100, 187})});
+  expect_same_one_device("every row in one group, bf16",
+                         gmm_text("bf16[70,16]", "bf16[3,12,16]", "s32[3]", "bf16[70,12]", ", transpose_rhs=1"),
+                         {random_literal("bf16[70,16]", 45), random_literal("bf16[3,12,16]", 46),
+                          literal("s32[3]", {0, 70, 0})});
+  expect_same_one_device("no rows", gmm_text("f32[20,4]", "f32[3,4,5]", "s32[3]", "f32[20,5]"),
+                         {random_literal("f32[20,4]", 47), random_literal("f32[3,4,5]", 48),
+                          literal("s32[3]", {0, -1, 0})});
+  expect_same_one_device("no rows, weight grad", tgmm_text("f32[20,4]", "f32[20,5]", "s32[3]", "f32[3,4,5]"),
+                         {random_literal("f32[20,4]", 49), random_literal("f32[20,5]", 50),
+                          literal("s32[3]", {0, -1, 0})});
+  expect_same_one_device("fewer rows than a tile", gmm_text("f32[5,4]", "f32[2,4,3]", "s32[2]", "f32[5,3]"),
+                         {random_literal("f32[5,4]", 51), random_literal("f32[2,4,3]", 52), literal("s32[2]", {2, 2})});
+  const Literal sizes = literal("s32[4,3]", {11, 0, 20, 40, 0, 0, 0, 0, 0, 9, 17, 14});
+  expect_same_one_device("batched, tiles of 8",
+                         gmm_text("bf16[4,40,8]", "bf16[6,8,5]", "s32[4,3]", "f32[4,40,5]"),
+                         {random_literal("bf16[4,40,8]", 53), random_literal("bf16[6,8,5]", 54), sizes});
+  expect_same_one_device("batched weight grad, tiles of 8",
+                         tgmm_text("bf16[4,40,8]", "bf16[4,40,5]", "s32[4,3]", "f32[6,8,5]", ", num_groups=6"),
+                         {random_literal("bf16[4,40,8]", 55), random_literal("bf16[4,40,5]", 56), sizes});
+}
+
+// The tiled form is one while loop of [T, K] x [K, N] products: no tensor with both the
+// experts and the rows (the masked dense form's [M, G, N]), bf16 kept as the mixed dot where
+// the plugin runs it.
+TEST(LowerGroupedMatmulText, TiledFormIsALoopOfTileProducts) {
+  EmitOptions options;
+  options.ragged_dot = true;  // the tiled form takes precedence
+  options.tiled_grouped_matmul = true;
+  options.mixed_precision_dot = true;
+  const std::string gmm = emit(gmm_text("bf16[1024,64]", "bf16[4,64,48]", "s32[4]", "bf16[1024,48]"), options);
+  EXPECT_NE(gmm.find("\"stablehlo.while\""), std::string::npos) << gmm;
+  EXPECT_EQ(gmm.find("chlo.ragged_dot"), std::string::npos) << gmm;
+  // T = 64 (1024 rows over 4 groups): one bf16 [64, 64] x [64, 48] -> f32 product per trip.
+  EXPECT_NE(gmm.find("(tensor<64x64xbf16>, tensor<64x48xbf16>) -> tensor<64x48xf32>"), std::string::npos) << gmm;
+  EXPECT_EQ(gmm.find("1024x4x48"), std::string::npos) << gmm;
+  const std::string tgmm = emit(tgmm_text("bf16[1024,64]", "bf16[1024,48]", "s32[4]", "bf16[4,64,48]"), options);
+  EXPECT_NE(tgmm.find("(tensor<64x64xbf16>, tensor<64x48xbf16>) -> tensor<64x48xf32>"), std::string::npos) << tgmm;
+  EXPECT_EQ(tgmm.find("4x1024"), std::string::npos) << tgmm;
 }
 
 // chlo.ragged_dot is for GPU and TPU plugins; XLA:CPU cannot run it, so only its text is checked.

@@ -98,10 +98,13 @@ Result<AotTarget> aot_target(const config::CompileTopology& topology, const std:
     target.spec.topology_name = topology.tpu_topology;
     // libtpu otherwise asks the cloud metadata server what it runs on, and fails after retries
     // off Google Cloud (spec/pjrt.md).
+    // And libtpu lets one process at a time load it (a lock file in /tmp), which a compile
+    // without a TPU does not need: two ahead-of-time compiles may run side by side.
     target.spec.environment = {{"TPU_SKIP_MDS_QUERY", "1"},
                                {"TPU_ACCELERATOR_TYPE", topology.name},
                                {"TPU_WORKER_ID", "0"},
-                               {"TPU_WORKER_HOSTNAMES", "127.0.0.1"}};
+                               {"TPU_WORKER_HOSTNAMES", "127.0.0.1"},
+                               {"ALLOW_MULTIPLE_LIBTPU_LOAD", "1"}};
     return target;
   }
   KILN_ASSIGN_OR_RETURN(const int64_t per_node, field<int64_t>(root, "devices_per_node", path));

@@ -81,6 +81,7 @@ class PjrtExecutable : public Executable {
     if (platform_ != "cpu") emit.donated = options.donated;
     // XLA:CPU has no ragged_dot (spec/pjrt.md) and no bf16 x bf16 -> f32 dot.
     emit.ragged_dot = platform_ != "cpu";
+    emit.tiled_grouped_matmul = platform_ == "cuda";  // XLA:GPU's ragged_dot is E times the work
     emit.mixed_precision_dot = platform_ != "cpu";
     KILN_ASSIGN_OR_RETURN(const std::string stablehlo, emit_stablehlo(*module_, emit));
     for (const auto& [output, argument] : emit.donated) donated_args_.insert(static_cast<int>(argument));

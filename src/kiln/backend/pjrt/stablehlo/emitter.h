@@ -115,6 +115,11 @@ struct EmitOptions {
   // Whether the plugin runs grouped matmul as `chlo.ragged_dot` (GPU, TPU) or needs the
   // decomposed form (XLA:CPU rejects ragged_dot).
   bool ragged_dot = false;
+  // Whether grouped matmul is written as a loop over row tiles instead (GPU: XLA's CUDA
+  // plugin rewrites chlo.ragged_dot into a masked dense product, every expert against every
+  // row). Each tile of rows of one group is one dense product against its expert's weight
+  // (lower_grouped_matmul.cc). Takes precedence over `ragged_dot`.
+  bool tiled_grouped_matmul = false;
   // Whether bf16 x bf16 -> f32 products stay one mixed-precision dot (GPU, TPU: their bf16
   // units accumulate in f32). XLA:CPU's dot runs only one element type ("Unsupported element
   // type for DotThunk::Execute: BF16 x BF16 = F32"), so there the operands widen to f32 first:

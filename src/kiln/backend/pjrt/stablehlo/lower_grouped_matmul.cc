@@ -13,11 +13,26 @@
 //   tgmm: per group g, (x masked to g's rows)^T @ (dy masked to g's rows): both operands
 //         masked with select, so a non-finite value in another group's row cannot leak in.
 // Both cost Gl times the dense flops and memory of one group's product: the CPU plugin is a
-// correctness target, not a fast one. Products of bf16 accumulate in f32 (f64 for f64) and
-// round once to the declared result dtype, as Kiln's reference does.
+// correctness target, not a fast one.
+// Tiled (EmitOptions::tiled_grouped_matmul: GPUs, whose XLA rewrites chlo.ragged_dot into the
+// masked dense product above): every group (entry p, group g; j = p Gl + g) is cut into tiles
+// of T rows, ceil(size_j / T) of them, at most P (ceil(M / T) + Gl) in all. A stablehlo.while
+// runs over the tiles there are (a count computed from the sizes); tile i finds its group j
+// (the groups whose tiles all lie before i), its first row and its last, then
+//   gmm:  y[p, T rows] = x[p, T rows] @ w[expert]  one [T, K] x [K, N] product, written back
+//         with a select so rows of other groups and padding keep what they hold (zeros or
+//         their own tile's result); rows are independent, so x needs no mask.
+//   tgmm: acc[expert] += x_tile^T dy_tile  both tiles masked to the group's rows.
+// The T-row window starts at min(first row, M - T) so a dynamic_slice never clamps it behind
+// our back. FLOPs: at most (M + Gl T) K N per entry; memory: one tile and the result.
+// Products of bf16 accumulate in f32 (f64 for f64) and round once to the declared result
+// dtype, as Kiln's reference does.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
+#include "kiln/backend/pjrt/stablehlo/lower_attention_blocks.h"
 #include "kiln/backend/pjrt/stablehlo/lower_collectives_common.h"
 
 namespace kiln::backend::pjrt {
@@ -84,6 +99,9 @@ Val row_in_group(Writer& w, const RaggedBounds& b, const Geometry& g, int64_t ro
                   w.compare(m, w.broadcast(b.end, type, entry_group), "LT"));
 }
 
+// E: the experts of grouped_matmul's w.
+int64_t weights_experts(const ir::Instr& instr) { return instr.operand(1)->shape().dim(0); }
+
 Geometry gmm_geometry(const ir::Instr& instr) {
   const ir::Shape &x = instr.operand(0)->shape(), &w = instr.operand(1)->shape(), &s = instr.operand(2)->shape();
   const bool batched = x.rank() == 3, t = instr.attrs().get_int_or("transpose_rhs", 0) != 0;
@@ -100,10 +118,166 @@ Geometry gmm_geometry(const ir::Instr& instr) {
   return g;
 }
 
+// ---- tiled form ----
+
+// Rows per tile: a power of two near a quarter of a group's mean rows (so rounding every group
+// up to whole tiles adds about Gl T / 2 rows, an eighth of M), at least 8 and at most 256 (a
+// [256, K] x [K, N] product fills a GPU; more tiles means more loop trips), and at most M.
+int64_t tile_rows(int64_t M, int64_t Gl) {
+  int64_t t = 8;
+  while (t < 256 && 2 * t * 4 * Gl <= M) t *= 2;
+  return std::min(t, M);
+}
+
+// The groups of every entry flattened, j = p Gl + g, and their tiles.
+struct TilePlan {
+  int64_t T = 0, J = 0;
+  Val begin, end;            // s32 [J]: group j's rows [begin, end) of entry j / Gl
+  Val tile_begin, tile_end;  // s32 [J]: group j's tiles [tile_begin, tile_end)
+  Val tiles;                 // s32 scalar: the tiles of all groups
+};
+
+Result<TilePlan> tile_plan(Writer& w, const Val& sizes, const Geometry& g) {
+  KILN_ASSIGN_OR_RETURN(RaggedBounds b, bounds(w, sizes, g));
+  TilePlan t;
+  t.T = tile_rows(g.M, g.Gl);
+  t.J = g.P * g.Gl;
+  const Ints j_dims = {t.J};
+  const std::string j_type = tensor_type(DType::kS32, j_dims);
+  t.begin = w.reshape(b.begin, j_type);
+  t.end = w.reshape(b.end, j_type);
+  const Val rows = w.binary("stablehlo.subtract", t.end, t.begin);
+  const Val count = w.binary("stablehlo.divide", w.binary("stablehlo.add", rows, w.splat(DType::kS32, j_dims, t.T - 1)),
+                             w.splat(DType::kS32, j_dims, t.T));
+  const int64_t max_tiles = g.P * ((g.M + t.T - 1) / t.T + g.Gl);  // never reached: no cut
+  KILN_ASSIGN_OR_RETURN(RaggedBounds tb, ragged_bounds(w, count, j_dims, max_tiles));
+  t.tile_begin = tb.begin;
+  t.tile_end = tb.end;
+  const Ints all = {0};
+  t.tiles = w.reduce(count, w.scalar(DType::kS32, 0), all, "stablehlo.add", tensor_type(DType::kS32, Ints{}));
+  return t;
+}
+
+// Tile i (s32 scalar) of the plan: its entry, its expert (w's dim 0), the window's first row
+// `start` and which of the window's T rows are the group's (pred [T]).
+struct Tile {
+  Val p, expert, start, mine;
+};
+
+Tile locate(Writer& w, const Val& i, const Val& begin, const Val& end, const Val& tile_begin, const Val& tile_end,
+            const Geometry& g, int64_t T, int64_t J) {
+  const std::string s32 = tensor_type(DType::kS32, Ints{}), j_type = tensor_type(DType::kS32, Ints{J});
+  const Ints j_dims = {J}, t_dims = {T}, all = {0}, one = {1};
+  const Val done = w.compare(tile_end, w.broadcast(i, j_type, Ints{}), "LE");  // groups before tile i
+  const Val j = w.reduce(select(w, done, w.splat(DType::kS32, j_dims, 1), w.splat(DType::kS32, j_dims, 0)),
+                         w.scalar(DType::kS32, 0), all, "stablehlo.add", s32);
+  auto at = [&](const Val& v) {
+    const std::vector<Val> starts = {j};
+    return w.reshape(attention::dynamic_slice(w, v, starts, one, tensor_type(DType::kS32, one)), s32);
+  };
+  const Val into = w.binary("stablehlo.subtract", i, at(tile_begin));
+  const Val first = w.binary("stablehlo.add", at(begin), w.binary("stablehlo.multiply", into, attention::i32(w, T)));
+  const Val last = w.binary("stablehlo.minimum", at(end), w.binary("stablehlo.add", first, attention::i32(w, T)));
+  Tile t;
+  t.start = w.binary("stablehlo.minimum", first, attention::i32(w, g.M - T));
+  const std::string t_type = tensor_type(DType::kS32, t_dims);
+  const Val row = w.binary("stablehlo.add", iota(w, DType::kS32, t_dims, 0), w.broadcast(t.start, t_type, Ints{}));
+  t.mine = w.binary("stablehlo.and", w.compare(row, w.broadcast(first, t_type, Ints{}), "GE"),
+                    w.compare(row, w.broadcast(last, t_type, Ints{}), "LT"));
+  t.p = w.binary("stablehlo.divide", j, attention::i32(w, g.Gl));
+  const Val group = w.binary("stablehlo.remainder", j, attention::i32(w, g.Gl));
+  const Val block = w.binary("stablehlo.remainder", t.p, attention::i32(w, g.B));  // entry p's experts
+  t.expert = w.binary("stablehlo.add", w.binary("stablehlo.multiply", block, attention::i32(w, g.Gl)), group);
+  return t;
+}
+
+// Whether bf16 operands go into the product as they are (the mixed-precision dot), else the
+// dtype they widen to; and the dtype that picks the dot's precision.
+DType product_operand_dtype(const LowerContext& ctx, const Geometry& g) {
+  const bool mixed = g.in == DType::kBF16 && g.acc == DType::kF32 && ctx.options.mixed_precision_dot;
+  return mixed ? g.in : g.acc;
+}
+
+// [T, D] rows `start` + [0, T) of entry p of v [P, M, D], in `dtype`.
+Val rows_of(Writer& w, const Val& v, const Tile& t, int64_t T, int64_t D, DType in, DType dtype) {
+  const std::vector<Val> starts = {t.p, t.start, attention::i32(w, 0)};
+  const Ints sizes = {1, T, D};
+  const Val slice = attention::dynamic_slice(w, v, starts, sizes, tensor_type(in, sizes));
+  return w.convert(w.reshape(slice, tensor_type(in, Ints{T, D})), tensor_type(dtype, Ints{T, D}));
+}
+
+Result<Vals> tiled_grouped_matmul(LowerContext& ctx, const ir::Instr& instr, std::span<const Vals> operands,
+                                  const Geometry& g) {
+  Writer& w = ctx.w;
+  const Val &x = array_operand(operands, 0), &weights = array_operand(operands, 1), &sizes = array_operand(operands, 2);
+  KILN_ASSIGN_OR_RETURN(const TilePlan plan, tile_plan(w, sizes, g));
+  const int64_t T = plan.T, J = plan.J;
+  const DType out = instr.shape().dtype(), op_dtype = product_operand_dtype(ctx, g);
+  const Ints x3 = {g.P, g.M, g.K}, y3 = {g.P, g.M, g.N};
+  const Ints w3 = g.transpose_rhs ? Ints{weights_experts(instr), g.N, g.K} : Ints{weights_experts(instr), g.K, g.N};
+  const std::vector<Val> state = {w.reshape(x, tensor_type(g.in, x3)), w.reshape(weights, tensor_type(g.in, w3)),
+                                  plan.begin, plan.end, plan.tile_begin, plan.tile_end,
+                                  w.splat(out, y3, 0)};
+  const std::vector<Val> done = attention::counted_loop(
+      w, attention::i32(w, 0), plan.tiles, state, [&](Writer& w, const Val& i, std::span<const Val> st) {
+        const Tile t = locate(w, i, st[2], st[3], st[4], st[5], g, T, J);
+        const Val xt = rows_of(w, st[0], t, T, g.K, g.in, op_dtype);
+        const std::vector<Val> w_at = {t.expert, attention::i32(w, 0), attention::i32(w, 0)};
+        const Ints w_one = {1, w3[1], w3[2]}, w_two = {w3[1], w3[2]};
+        const Val w_slice = attention::dynamic_slice(w, st[1], w_at, w_one, tensor_type(g.in, w_one));
+        const Val wt = w.convert(w.reshape(w_slice, tensor_type(g.in, w_two)), tensor_type(op_dtype, w_two));
+        const Ints tn = {T, g.N}, one_tn = {1, T, g.N};
+        const Val product =
+            dot(w, xt, wt, tensor_type(g.acc, tn), {}, {}, {1}, {g.transpose_rhs ? 1 : 0}, op_dtype);
+        const Val fresh = w.reshape(w.convert(product, tensor_type(out, tn)), tensor_type(out, one_tn));
+        const std::vector<Val> y_at = {t.p, t.start, attention::i32(w, 0)};
+        const Val old = attention::dynamic_slice(w, st[6], y_at, one_tn, tensor_type(out, one_tn));
+        const Ints rows_dim = {1};
+        const Val mine = w.broadcast(t.mine, tensor_type(DType::kPred, one_tn), rows_dim);
+        std::vector<Val> next(st.begin(), st.end());
+        next[6] = attention::dynamic_update_slice(w, st[6], select(w, mine, fresh, old), y_at);
+        return next;
+      });
+  return Vals{w.reshape(done[6], tensor_type(instr.shape()))};
+}
+
+Result<Vals> tiled_grouped_matmul_weight_grad(LowerContext& ctx, const ir::Instr& instr, std::span<const Vals> operands,
+                                              const Geometry& g) {
+  Writer& w = ctx.w;
+  const Val &x = array_operand(operands, 0), &dy = array_operand(operands, 1), &sizes = array_operand(operands, 2);
+  KILN_ASSIGN_OR_RETURN(const TilePlan plan, tile_plan(w, sizes, g));
+  const int64_t T = plan.T, J = plan.J, E = instr.shape().dim(0);
+  const DType op_dtype = product_operand_dtype(ctx, g);
+  const Ints x3 = {g.P, g.M, g.K}, dy3 = {g.P, g.M, g.N}, out3 = {E, g.K, g.N};
+  const std::vector<Val> state = {w.reshape(x, tensor_type(g.in, x3)), w.reshape(dy, tensor_type(g.in, dy3)),
+                                  plan.begin, plan.end, plan.tile_begin, plan.tile_end,
+                                  w.splat(g.acc, out3, 0)};
+  const std::vector<Val> done = attention::counted_loop(
+      w, attention::i32(w, 0), plan.tiles, state, [&](Writer& w, const Val& i, std::span<const Val> st) {
+        const Tile t = locate(w, i, st[2], st[3], st[4], st[5], g, T, J);
+        // Both tiles masked: a non-finite value in another group's row must not reach this one.
+        auto masked = [&](const Val& v, int64_t D) {
+          const Val rows = rows_of(w, v, t, T, D, g.in, op_dtype);
+          const Ints td = {T, D}, rows_dim = {0};
+          return select(w, w.broadcast(t.mine, tensor_type(DType::kPred, td), rows_dim), rows,
+                        w.splat(op_dtype, td, 0));
+        };
+        const Ints kn = {g.K, g.N}, one_kn = {1, g.K, g.N};
+        const Val product = dot(w, masked(st[0], g.K), masked(st[1], g.N), tensor_type(g.acc, kn), {}, {}, {0}, {0},
+                                op_dtype);
+        const std::vector<Val> at = {t.expert, attention::i32(w, 0), attention::i32(w, 0)};
+        std::vector<Val> next(st.begin(), st.end());
+        next[6] = attention::add_at(w, st[6], w.reshape(product, tensor_type(g.acc, one_kn)), at, one_kn);
+        return next;
+      });
+  return Vals{w.convert(done[6], tensor_type(instr.shape()))};
+}
+
 //   grouped_matmul(x [P?, M, K], w [E, K, N] or [E, N, K], sizes s32 [P?, Gl]) -> [P?, M, N]
 Result<Vals> grouped_matmul(LowerContext& ctx, const ir::Instr& instr, std::span<const Vals> operands) {
   Writer& w = ctx.w;
   const Geometry g = gmm_geometry(instr);
+  if (ctx.options.tiled_grouped_matmul && g.M > 0) return tiled_grouped_matmul(ctx, instr, operands, g);
   const Val &x = array_operand(operands, 0), &weights = array_operand(operands, 1), &sizes = array_operand(operands, 2);
   KILN_ASSIGN_OR_RETURN(RaggedBounds b, bounds(w, sizes, g));
   const Ints x3 = {g.P, g.M, g.K}, y3 = {g.P, g.M, g.N};
@@ -162,6 +336,7 @@ Result<Vals> grouped_matmul_weight_grad(LowerContext& ctx, const ir::Instr& inst
   g.transpose_rhs = false;
   g.in = xs.dtype();
   g.acc = accumulate_dtype(xs.dtype());
+  if (ctx.options.tiled_grouped_matmul && g.M > 0) return tiled_grouped_matmul_weight_grad(ctx, instr, operands, g);
   const int64_t E = instr.shape().dim(0);
   const Val &x = array_operand(operands, 0), &dy = array_operand(operands, 1), &sizes = array_operand(operands, 2);
   KILN_ASSIGN_OR_RETURN(RaggedBounds b, bounds(w, sizes, g));
