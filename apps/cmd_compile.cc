@@ -37,6 +37,7 @@ nlohmann::ordered_json xla_json(const backend::XlaCompileReport& x) {
   j["platform"] = x.platform;
   j["plugin_pjrt_api"] = x.plugin_version;
   j["compile_seconds"] = x.compile_seconds;
+  if (!x.refused.empty()) j["refused"] = x.refused;
   j["memory_per_device_bytes"] = {{"arguments", x.argument_bytes},   {"outputs", x.output_bytes},
                                   {"aliased", x.alias_bytes},        {"temporaries", x.temp_bytes},
                                   {"generated_code", x.generated_code_bytes}, {"peak", x.peak_bytes},
@@ -55,6 +56,7 @@ void print_xla(const nlohmann::ordered_json& x) {
               x["topology"].get<std::string>().c_str(), x["device"].get<std::string>().c_str(),
               x["platform"].get<std::string>().c_str(), x["plugin_pjrt_api"].get<std::string>().c_str(),
               x["compile_seconds"].get<double>());
+  if (x.contains("refused")) std::printf("  refused: %s\n", x["refused"].get<std::string>().c_str());
   std::printf("  memory per device: peak %s of %s = arguments %s + outputs %s - aliased %s + temporaries %s\n",
               gib_text(m["peak"]).c_str(), gib_text(m["capacity"]).c_str(), gib_text(m["arguments"]).c_str(),
               gib_text(m["outputs"]).c_str(), gib_text(m["aliased"]).c_str(), gib_text(m["temporaries"]).c_str());
@@ -303,7 +305,13 @@ int compile_ahead_of_time(const std::vector<std::string>& settings, const config
   if (j.contains("xla_report")) {
     const auto& x = j["xla_report"]["memory_per_device_bytes"];
     peak_gib = gib(x["peak"].get<int64_t>());
-    if (peak_gib > target->memory_gib) {
+    if (j["xla_report"].contains("refused")) {
+      // libtpu refuses a program whose temporaries exceed the chip at compile time.
+      over = fmt::format("XLA refused it at compile time, its temporaries alone needing {:.1f} GiB per device of "
+                         "the {:.1f} GiB of one device",
+                         gib(x["temporaries"].get<int64_t>()), target->memory_gib);
+      margin = std::max(1.0, peak_gib / gib(m.total()));
+    } else if (peak_gib > target->memory_gib) {
       over = fmt::format("XLA's peak is {:.1f} GiB per device, more than the {:.1f} GiB of one device", peak_gib,
                          target->memory_gib);
       margin = std::max(1.0, peak_gib / gib(m.total()));

@@ -64,6 +64,10 @@ struct XlaCompileReport {
   int64_t argument_bytes = 0, output_bytes = 0, alias_bytes = 0, temp_bytes = 0, generated_code_bytes = 0;
   int64_t peak_bytes = 0;  // XLA's own peak, or arguments + outputs - aliased + temporaries
   double compile_seconds = 0;  // XLA's part
+  // XLA's message when it refused the program for running out of device memory at compile
+  // time (libtpu does): temp_bytes is then what it said the temporaries need, the peak
+  // arguments plus that, and the census is empty.
+  std::string refused;
   // The optimized program (pjrt/hlo_census.h): kernels and collectives as XLA runs them.
   int64_t instructions = 0, fusions = 0, gemms = 0, grouped_matmuls = 0, attention = 0, while_loops = 0;
   std::map<std::string, int64_t> fusion_kinds, collectives, async_collectives, custom_calls;

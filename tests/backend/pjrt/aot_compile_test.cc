@@ -137,6 +137,18 @@ TEST(AotCompile, RaggedOpsForAV6e4) {
   expect_compiles_for("v6e-4");
 }
 
+TEST(AotCompile, ReadsLibtpuCompileTimeOutOfMemory) {
+  // libtpu 0.0.52's message for gpt-oss-120b on v5p-64 (fsdp 32), as Kiln's error carries it.
+  const std::string message =
+      "pjrt: PJRT_Compile: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total memory required for HLO "
+      "temporaries (274.91G) exceeds available HBM (95.73G). HLO module: kiln.; See "
+      "https://openxla.org/xla/errors/error_1000 for more details.";
+  ASSERT_TRUE(compile_time_oom_gib(message).has_value());
+  EXPECT_DOUBLE_EQ(*compile_time_oom_gib(message), 274.91);
+  EXPECT_FALSE(compile_time_oom_gib("pjrt: PJRT_Compile: INVALID_ARGUMENT: bad program").has_value());
+  EXPECT_FALSE(compile_time_oom_gib("CompileTimeHbmOom without the figure").has_value());
+}
+
 TEST(AotCompile, RefusesAProgramXlaRejects) {
   Result<AotTarget> target = aot_target(*config::parse_compile_topology("h100-1", 1), kTargets);
   ASSERT_TRUE(target.ok());

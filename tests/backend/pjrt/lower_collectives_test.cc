@@ -84,6 +84,23 @@ int64_t group_of(const std::string& axes) { return axes.find(',') != std::string
 
 // ---- the emitted text ----
 
+// The backward pass's re-gather of a weight (passes/regather.h) goes through an optimization
+// barrier, so XLA's CSE cannot merge it with the forward gather; the values are the same.
+TEST(LowerCollectivesText, RegatherIsKeptApartFromTheForwardGather) {
+  const std::string text = module_text(
+      "  %x = f32[2,3] parameter(), index=0\n",
+      "  %a = f32[4,3] all_gather(%x), dim=0, mesh_axes=fsdp, group_size=2\n"
+      "  %b = f32[4,3] all_gather(%x), dim=0, mesh_axes=fsdp, group_size=2, name=\"all_gather.regather\"\n"
+      "  ROOT %s = f32[4,3] mul(%a, %b)\n");
+  EmitOptions options;
+  options.mesh = fsdp_expert();
+  const std::string emitted = emit(text, options);
+  const size_t barrier = emitted.find("stablehlo.optimization_barrier");
+  ASSERT_NE(barrier, std::string::npos) << emitted;
+  EXPECT_EQ(emitted.find("stablehlo.optimization_barrier", barrier + 1), std::string::npos) << "one barrier";
+  expect_same("regather", text, fsdp_expert());
+}
+
 TEST(LowerCollectivesText, ReplicaGroupsFollowTheMeshAndNoChannelHandle) {
   EmitOptions options;
   options.mesh = fsdp_expert();

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <regex>
 
 #include "kiln/backend/pjrt/compile_options_proto.h"
 #include "kiln/backend/pjrt/hlo_census.h"
@@ -130,6 +131,14 @@ Result<AotExecutable> compile_for_topology(const Plugin& plugin, const TopologyS
   KILN_ASSIGN_OR_RETURN(out.memory, executable_memory_stats(plugin, executable.executable));
   KILN_ASSIGN_OR_RETURN(out.optimized_hlo, optimized_program(api, executable.executable));
   return out;
+}
+
+std::optional<double> compile_time_oom_gib(std::string_view message) {
+  if (message.find("CompileTimeHbmOom") == std::string_view::npos) return std::nullopt;
+  static const std::regex kNeeded(R"(HLO temporaries \(([0-9.]+)G\))");
+  std::match_results<std::string_view::const_iterator> m;
+  if (!std::regex_search(message.begin(), message.end(), m, kNeeded)) return std::nullopt;
+  return std::stod(m[1].str());
 }
 
 }  // namespace kiln::backend::pjrt

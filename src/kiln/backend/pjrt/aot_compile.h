@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -46,5 +47,12 @@ struct AotExecutable {
 // older than it), the topology is refused (its message), or the program is.
 Result<AotExecutable> compile_for_topology(const Plugin& plugin, const TopologySpec& topology,
                                            std::string_view stablehlo_text, int num_replicas);
+
+// The temporaries XLA said it needed when it refused a program for running out of device
+// memory at compile time (libtpu: "E1000: CompileTimeHbmOom: ... the total memory required
+// for HLO temporaries (274.91G) exceeds available HBM (95.73G)"), in GiB (XLA writes byte
+// counts in binary units); nullopt for any other message. A verdict on the config, not a
+// failure of the compile.
+std::optional<double> compile_time_oom_gib(std::string_view message);
 
 }  // namespace kiln::backend::pjrt

@@ -177,7 +177,13 @@ class PjrtExecutable : public Executable {
 
   Status compile_ahead_of_time(const std::string& stablehlo, std::chrono::steady_clock::time_point start,
                                const std::string& dump_dir) {
-    KILN_ASSIGN_OR_RETURN(AotExecutable exe, compile_for_topology(*plugin_, aot_->spec, stablehlo, replicas_));
+    Result<AotExecutable> compiled = compile_for_topology(*plugin_, aot_->spec, stablehlo, replicas_);
+    if (!compiled.ok()) {
+      std::optional<double> needs_gib = compile_time_oom_gib(compiled.status().message());
+      if (!needs_gib) return compiled.status();
+      return report_refusal(compiled.status().message(), *needs_gib, start);
+    }
+    AotExecutable& exe = *compiled;
     // XLA's optimized program as it returned it (a serialized xla.HloModuleProto), for its tools.
     if (!dump_dir.empty()) std::ofstream(dump_dir + "/xla_optimized.hlo.pb", std::ios::binary) << exe.optimized_hlo;
     KILN_ASSIGN_OR_RETURN(HloCensus census, hlo_census(exe.optimized_hlo));
@@ -209,6 +215,26 @@ class PjrtExecutable : public Executable {
     report_.arena_bytes = m.temp_bytes;
     report_.peak_value_bytes = m.temp_bytes;
     report_.planned_peak_bytes = x.peak_bytes;
+    report_.xla = std::move(x);
+    report_.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return ok_status();
+  }
+
+  // XLA ran out of device memory compiling for the target: a verdict on the config, reported
+  // as XLA's figures (the arguments as Kiln's program has them, the temporaries XLA needed).
+  Status report_refusal(const std::string& message, double temporaries_gib,
+                        std::chrono::steady_clock::time_point start) {
+    XlaCompileReport x;
+    x.topology = aot_->topology.name;
+    x.device = aot_->description;
+    x.platform = aot_->plugin;
+    x.plugin_version = plugin_->version();
+    x.capacity_bytes = aot_->capacity_bytes;
+    x.peak_bf16_tflops = aot_->peak_bf16_tflops;
+    x.refused = message;
+    x.argument_bytes = report_.argument_bytes;
+    x.temp_bytes = static_cast<int64_t>(temporaries_gib * static_cast<double>(int64_t{1} << 30));
+    x.peak_bytes = x.argument_bytes + x.temp_bytes;
     report_.xla = std::move(x);
     report_.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return ok_status();
