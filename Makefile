@@ -117,7 +117,7 @@ parity: build
 	KILN=$(BUILD_DIR)/kiln bash scripts/parity.sh
 
 # One command on a GPU (docs/backends.md, "On a GPU"): no dependency on setup or build, since a
-# lent GPU machine has its own image (Python, JAX, CUDA) and none of Kiln's Debian packages.
+# rented GPU machine has its own image (Python, JAX, CUDA) and none of Kiln's Debian packages.
 # GPU_PYTHON is the interpreter with JAX (the driver itself needs only the standard library).
 gpu:
 	@$(GPU_PYTHON) bench/gpu_run.py $(GPU_ARGS)

@@ -22,7 +22,7 @@ largest reading, which includes XLA's preallocated pool: 75% of the card on both
 and the step-0 loss, with the card's name. The same goes to --json.
 
 Without a GPU it prints one line and exits 0. Every child process runs under a timeout cut
-from --time-limit (default 480 s: a GPU machine lent for a few minutes runs it whole); a
+from --time-limit (default 480 s: a GPU machine rented for a few minutes runs it whole); a
 run cut short reports the steps it finished. Exit status: 0 when every run finished, 1 when
 one failed or was cut short, 2 for bad arguments.
 
