@@ -179,8 +179,8 @@ Status derive_devices_and_mesh(const Config& c, int64_t num_ranks, Derived& d) {
   int64_t slices = c.get_int("num_slices");
   if (const std::string& topology_name = c.get_string("compile_topology"); !topology_name.empty()) {
     // An ahead-of-time compile: the devices are the named slices', none of them here.
-    KILN_ASSIGN_OR_RETURN(CompileTopology topology,
-                          parse_compile_topology(topology_name, std::max<int64_t>(1, c.get_int("compile_topology_num_slices"))));
+    const int64_t num_topology_slices = std::max<int64_t>(1, c.get_int("compile_topology_num_slices"));
+    KILN_ASSIGN_OR_RETURN(CompileTopology topology, parse_compile_topology(topology_name, num_topology_slices));
     if (num_ranks > 1) {
       return invalid_argument("compile_topology={}: an ahead-of-time compile runs in one process, not {} MPI ranks",
                               topology_name, num_ranks);
