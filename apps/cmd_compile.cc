@@ -255,10 +255,7 @@ std::string smallest_fitting_change(const std::vector<std::string>& settings, co
     s.insert(s.end(), change.begin(), change.end());
     Result<config::Config> changed = config::load(s);
     if (!changed.ok()) continue;
-    const std::string topology_name = changed->get_string("compile_topology");
-    Result<config::CompileTopology> changed_t = config::parse_compile_topology(topology_name, t.num_slices);
-    if (!changed_t.ok()) continue;
-    Result<Planned> pl = plan_config(kiln_plan_settings(s, *changed_t), target, {});
+    Result<Planned> pl = plan_config(kiln_plan_settings(s, *changed->derived().compile_topology), target, {});
     if (!pl.ok()) continue;
     const double total = gib(pl->step.memory.total()) * margin;
     if (total <= target.memory_gib) {
@@ -275,9 +272,7 @@ std::string smallest_fitting_change(const std::vector<std::string>& settings, co
 // kiln compile with compile_topology: Kiln's plan for the target, then XLA's compile (unless
 // the state alone cannot fit), then the one-line verdict when it does not fit.
 int compile_ahead_of_time(const std::vector<std::string>& settings, const config::Config& cfg, bool json) {
-  Result<config::CompileTopology> t =
-      config::parse_compile_topology(cfg.get_string("compile_topology"), cfg.derived().num_slices);
-  if (!t.ok()) return report_error(t.status());
+  const std::optional<config::CompileTopology>& t = cfg.derived().compile_topology;
   Result<plan::Target> target = plan::load_target(t->target, 1);
   if (!target.ok()) return report_error(target.status());
   Result<Planned> planned = plan_config(kiln_plan_settings(settings, *t), *target, {});
@@ -349,7 +344,7 @@ std::function<int()> add_compile_command(CLI::App& cmd) {
   return [opts]() -> int {
     Result<config::Config> cfg = config::load(opts->settings);
     if (!cfg.ok()) return report_error(cfg.status());
-    if (!cfg->get_string("compile_topology").empty()) return compile_ahead_of_time(opts->settings, *cfg, opts->json);
+    if (cfg->derived().compile_topology) return compile_ahead_of_time(opts->settings, *cfg, opts->json);
     Result<nlohmann::ordered_json> report = compile_report(*cfg, "");
     if (!report.ok()) return report_error(report.status());
     if (opts->json) {

@@ -44,11 +44,11 @@ std::function<int()> add_train_command(CLI::App& cmd) {
     if (!ranks.ok()) return report_error(ranks.status());
     Result<config::Config> cfg = config::load(opts->settings, *ranks);
     if (!cfg.ok()) return report_error(cfg.status());
-    if (!cfg->get_string("compile_topology").empty()) {
+    if (const auto& topology = cfg->derived().compile_topology) {
       return report_error(invalid_argument(
           "compile_topology={}: compiles ahead of time for hardware that is not here, nothing can train on it; use "
           "`kiln compile` with it, or leave it unset to train on this machine's devices",
-          cfg->get_string("compile_topology")));
+          topology->name));
     }
     // Under MPI: meet the other ranks now (MPI_Init), so every later error can end the job.
     std::shared_ptr<runtime::World> world;

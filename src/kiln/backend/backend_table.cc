@@ -4,7 +4,6 @@
 #include <filesystem>
 
 #include "kiln/backend/backend.h"
-#include "kiln/config/compile_topology.h"
 #include "kiln/backend/pjrt/pjrt_backend.h"
 
 namespace kiln::backend {
@@ -19,11 +18,9 @@ Result<const Backend*> backend_named(std::string_view name) {
 Result<const Backend*> backend_for(const config::Config& config) {
   const std::string& name = config.get_string("backend");
   if (name != "pjrt") return backend_named(name);
-  if (const std::string& topology_name = config.get_string("compile_topology"); !topology_name.empty()) {
-    KILN_ASSIGN_OR_RETURN(config::CompileTopology topology,
-                          config::parse_compile_topology(topology_name, config.derived().num_slices));
+  if (const std::optional<config::CompileTopology>& topology = config.derived().compile_topology) {
     KILN_ASSIGN_OR_RETURN(pjrt::AotTarget target,
-                          pjrt::aot_target(topology, (std::filesystem::path(config::find_configs_dir()) / "targets").string()));
+                          pjrt::aot_target(*topology, (std::filesystem::path(config::find_configs_dir()) / "targets").string()));
     return pjrt::pjrt_aot_backend(target, config.get_string("pjrt_plugin"));
   }
   pjrt::PjrtBackendOptions options;

@@ -24,7 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include <optional>
+
 #include "kiln/base/status.h"
+#include "kiln/config/compile_topology.h"
 #include "kiln/config/mesh.h"
 #include "kiln/config/value.h"
 
@@ -57,6 +60,9 @@ struct Derived {
   int64_t local_devices = 1;  // virtual devices per process, after resolving -1
   int64_t num_devices = 1;
   int64_t num_slices = 1;
+  // compile_topology parsed: the slices an ahead-of-time compile targets (their devices are
+  // the ones above); empty when the devices are this machine's.
+  std::optional<CompileTopology> compile_topology;
   Mesh mesh;
 
   // Batch, in sequences of max_target_length tokens.

@@ -195,6 +195,7 @@ Status derive_devices_and_mesh(const Config& c, int64_t num_ranks, Derived& d) {
     }
     local = topology.total_devices();
     slices = topology.num_slices;
+    d.compile_topology = std::move(topology);
   }
   if (local == 0 || local < -1) {
     return invalid_argument(
@@ -202,8 +203,8 @@ Status derive_devices_and_mesh(const Config& c, int64_t num_ranks, Derived& d) {
         setting(c, "local_devices"));
   }
   std::string note;
-  if (!c.get_string("compile_topology").empty()) {
-    note = fmt::format("compile_topology={}", c.get_string("compile_topology"));
+  if (d.compile_topology) {
+    note = fmt::format("compile_topology={}", d.compile_topology->name);
   } else if (local == -1) {
     // The fewest devices per process that cover the explicit sizes; a -1 axis then fills
     // whatever that leaves (so default settings on 2 ranks give fsdp=2).
