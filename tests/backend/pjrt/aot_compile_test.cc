@@ -110,9 +110,7 @@ void expect_compiles_for(const std::string& topology_name) {
   Result<std::string> path = resolve_plugin(target->plugin);
   ASSERT_TRUE(path.ok()) << path.status().message();
   auto result = run_in_child([&](int) {
-    for (const auto& [name, value] : target->spec.environment) setenv(name.c_str(), value.c_str(), 0);
-    setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
-    Result<const Plugin*> plugin = Plugin::load(*path);
+    Result<const Plugin*> plugin = load_for_topology(*path, target->spec);
     ASSERT_TRUE(plugin.ok()) << plugin.status().message();
     Result<AotExecutable> exe = compile_for_topology(**plugin, target->spec, program, 4);
     ASSERT_TRUE(exe.ok()) << exe.status().message();
@@ -155,8 +153,7 @@ TEST(AotCompile, RefusesAProgramXlaRejects) {
   Result<std::string> path = resolve_plugin("cuda");
   ASSERT_TRUE(path.ok()) << path.status().message();
   auto result = run_in_child([&](int) {
-    setenv("TF_CPP_MIN_LOG_LEVEL", "1", 0);
-    Result<const Plugin*> plugin = Plugin::load(*path);
+    Result<const Plugin*> plugin = load_for_topology(*path, target->spec);
     ASSERT_TRUE(plugin.ok()) << plugin.status().message();
     Result<AotExecutable> exe = compile_for_topology(**plugin, target->spec, "module { this is not stablehlo }", 1);
     ASSERT_FALSE(exe.ok());

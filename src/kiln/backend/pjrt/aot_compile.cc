@@ -1,6 +1,7 @@
 #include "kiln/backend/pjrt/aot_compile.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <regex>
 
@@ -85,6 +86,12 @@ Result<std::string> optimized_program(const PJRT_Api& api, PJRT_Executable* exec
 
 }  // namespace
 
+Result<const Plugin*> load_for_topology(const std::string& path, const TopologySpec& topology) {
+  setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
+  for (const auto& [name, value] : topology.environment) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
+  return Plugin::load(path);
+}
+
 Result<AotExecutable> compile_for_topology(const Plugin& plugin, const TopologySpec& spec,
                                            std::string_view stablehlo_text, int num_replicas) {
   const PJRT_Api& api = plugin.api();
@@ -110,14 +117,8 @@ Result<AotExecutable> compile_for_topology(const Plugin& plugin, const TopologyS
   KILN_ASSIGN_OR_RETURN(out.platform, platform_of(api, topology.topology));
   // No device assignment: the compiler takes the topology's first num_replicas devices.
   const std::string compile_options = compile_options_proto(num_replicas, /*num_partitions=*/1);
-  std::string code(stablehlo_text);  // PJRT_Program.code is not const
-  static constexpr std::string_view kFormat = "mlir";
-  PJRT_Program program{};
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  program.code = code.data();
-  program.code_size = code.size();
-  program.format = kFormat.data();
-  program.format_size = kFormat.size();
+  std::string code(stablehlo_text);
+  PJRT_Program program = stablehlo_program(code);
   PJRT_Compile_Args args{};
   args.struct_size = PJRT_Compile_Args_STRUCT_SIZE;
   args.topology = topology.topology;

@@ -42,6 +42,12 @@ struct AotExecutable {
   double compile_seconds = 0;
 };
 
+// The plugin at `path` loaded for ahead-of-time compiles for `topology`: its environment set
+// first (where not already set; the plugin reads it when it initialises), and XLA's INFO
+// logging (every compile step, ptxas's register spills) off unless the user set
+// TF_CPP_MIN_LOG_LEVEL: what `kiln compile` prints is its report.
+Result<const Plugin*> load_for_topology(const std::string& path, const TopologySpec& topology);
+
 // Compiles StableHLO text for num_replicas devices of `topology` (replica mode, as
 // Client::compile). Errors are one line: the plugin has no deviceless compile (PJRT C API
 // older than it), the topology is refused (its message), or the program is.

@@ -1,7 +1,6 @@
 #include "kiln/backend/pjrt/pjrt_backend.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -187,13 +186,7 @@ class PjrtExecutable : public Executable {
     // XLA's optimized program as it returned it (a serialized xla.HloModuleProto), for its tools.
     if (!dump_dir.empty()) std::ofstream(dump_dir + "/xla_optimized.hlo.pb", std::ios::binary) << exe.optimized_hlo;
     KILN_ASSIGN_OR_RETURN(HloCensus census, hlo_census(exe.optimized_hlo));
-    XlaCompileReport x;
-    x.topology = aot_->topology.name;
-    x.device = aot_->description;
-    x.platform = exe.platform;
-    x.plugin_version = plugin_->version();
-    x.capacity_bytes = aot_->capacity_bytes;
-    x.peak_bf16_tflops = aot_->peak_bf16_tflops;
+    XlaCompileReport x = target_report(exe.platform);
     const CompiledMemoryStats& m = exe.memory;
     x.argument_bytes = m.argument_bytes;
     x.output_bytes = m.output_bytes;
@@ -220,17 +213,23 @@ class PjrtExecutable : public Executable {
     return ok_status();
   }
 
+  // What an ahead-of-time report says of its target, whatever XLA made.
+  XlaCompileReport target_report(const std::string& platform) const {
+    XlaCompileReport x;
+    x.topology = aot_->topology.name;
+    x.device = aot_->description;
+    x.platform = platform;
+    x.plugin_version = plugin_->version();
+    x.capacity_bytes = aot_->capacity_bytes;
+    x.peak_bf16_tflops = aot_->peak_bf16_tflops;
+    return x;
+  }
+
   // XLA ran out of device memory compiling for the target: a verdict on the config, reported
   // as XLA's figures (the arguments as Kiln's program has them, the temporaries XLA needed).
   Status report_refusal(const std::string& message, double temporaries_gib,
                         std::chrono::steady_clock::time_point start) {
-    XlaCompileReport x;
-    x.topology = aot_->topology.name;
-    x.device = aot_->description;
-    x.platform = aot_->plugin;
-    x.plugin_version = plugin_->version();
-    x.capacity_bytes = aot_->capacity_bytes;
-    x.peak_bf16_tflops = aot_->peak_bf16_tflops;
+    XlaCompileReport x = target_report(aot_->plugin);
     x.refused = message;
     x.argument_bytes = report_.argument_bytes;
     x.temp_bytes = static_cast<int64_t>(temporaries_gib * static_cast<double>(int64_t{1} << 30));
@@ -309,13 +308,7 @@ Result<const Backend*> pjrt_aot_backend(const AotTarget& target, const std::stri
   KILN_ASSIGN_OR_RETURN(std::string path, resolve_plugin(named ? target.plugin : plugin_override));
   auto key = std::make_pair(path, target.topology.name + "/" + std::to_string(target.topology.num_slices));
   if (auto it = made.find(key); it != made.end()) return it->second.get();
-  // XLA logs every step of a compile (and ptxas its register spills) at INFO: a report is
-  // what `kiln compile` prints, so only XLA's warnings and errors pass, unless the user asked.
-  setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
-  // The plugin reads its environment when it initialises (libtpu: where it is, so that it
-  // does not ask a cloud metadata server).
-  for (const auto& [name, value] : target.spec.environment) setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
-  KILN_ASSIGN_OR_RETURN(const Plugin* plugin, Plugin::load(path));
+  KILN_ASSIGN_OR_RETURN(const Plugin* plugin, load_for_topology(path, target.spec));
   auto backend = std::make_unique<PjrtAotBackend>(*plugin, target);
   const Backend* result = backend.get();
   made.emplace(key, std::move(backend));

@@ -295,14 +295,8 @@ Result<std::unique_ptr<LoadedExecutable>> Client::compile(std::string_view stabl
   // indices on every plugin (XLA:CPU's default happens to be the same).
   const std::span<const int64_t> assignment = std::span(global_device_ids_).first(num_replicas);
   const std::string options = compile_options_proto(num_replicas, /*num_partitions=*/1, assignment);
-  std::string code(stablehlo_text);  // PJRT_Program.code is not const
-  static constexpr std::string_view kFormat = "mlir";  // StableHLO text or bytecode
-  PJRT_Program program{};
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  program.code = code.data();
-  program.code_size = code.size();
-  program.format = kFormat.data();
-  program.format_size = kFormat.size();
+  std::string code(stablehlo_text);
+  PJRT_Program program = stablehlo_program(code);
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   args.client = client_;
@@ -474,6 +468,17 @@ Result<std::vector<std::vector<DeviceBuffer>>> LoadedExecutable::execute(
 
 Result<CompiledMemoryStats> LoadedExecutable::compiled_memory_stats() const {
   return executable_memory_stats(plugin_, executable_);
+}
+
+PJRT_Program stablehlo_program(std::string& code) {
+  static constexpr std::string_view kFormat = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = code.data();
+  program.code_size = code.size();
+  program.format = kFormat.data();
+  program.format_size = kFormat.size();
+  return program;
 }
 
 Result<CompiledMemoryStats> executable_memory_stats(const Plugin& plugin, PJRT_Executable* executable) {

@@ -71,6 +71,10 @@ struct CompiledMemoryStats {
   int64_t host_temp_bytes = 0;
 };
 
+// A PJRT_Program of StableHLO text (format "mlir": the plugin parses text or bytecode) over
+// `code`, which must outlive it (PJRT_Program.code is not const, hence no string_view).
+PJRT_Program stablehlo_program(std::string& code);
+
 // XLA's memory statistics of any compiled executable (loaded or ahead of time); unimplemented
 // when the plugin does not report them.
 Result<CompiledMemoryStats> executable_memory_stats(const Plugin& plugin, PJRT_Executable* executable);
