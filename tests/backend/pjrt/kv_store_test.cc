@@ -109,6 +109,18 @@ PJRT_Error* fake_callback_error(PJRT_Error_Code code, const char* message, size_
 }
 PJRT_CallbackError g_make_error = &fake_callback_error;
 
+// A callback's arguments for `key`, as a plugin fills them (Args: the put, get or try-get ones).
+template <typename Args>
+Args callback_args(size_t struct_size, const std::string& key, void* user_arg) {
+  Args args{};
+  args.struct_size = struct_size;
+  args.key = key.data();
+  args.key_size = key.size();
+  args.callback_error = &g_make_error;
+  args.user_arg = user_arg;
+  return args;
+}
+
 TEST(PjrtKvCallbacks, PutThenGetThroughThePluginsCallbacks) {
   LocalKvStore store;
   PjrtKvCallbacks callbacks(&store, "pjrt/xla_cuda_plugin.so/");
@@ -120,37 +132,25 @@ TEST(PjrtKvCallbacks, PutThenGetThroughThePluginsCallbacks) {
   ASSERT_NE(create.kv_put_callback, nullptr);
 
   const std::string key = "nccl_id/0", value("\x01\x00\x02id", 5);
-  PJRT_KeyValuePutCallback_Args put{};
-  put.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
-  put.key = key.data();
-  put.key_size = key.size();
+  auto put = callback_args<PJRT_KeyValuePutCallback_Args>(PJRT_KeyValuePutCallback_Args_STRUCT_SIZE, key,
+                                                          create.kv_put_user_arg);
   put.value = value.data();
   put.value_size = value.size();
-  put.callback_error = &g_make_error;
-  put.user_arg = create.kv_put_user_arg;
   ASSERT_EQ(create.kv_put_callback(&put), nullptr);
   // Stored under the prefix: another plugin's "nccl_id/0" is another key.
   EXPECT_TRUE(store.try_get("pjrt/xla_cuda_plugin.so/nccl_id/0").ok());
   EXPECT_FALSE(store.try_get("nccl_id/0").ok());
 
-  PJRT_KeyValueGetCallback_Args get{};
-  get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
-  get.key = key.data();
-  get.key_size = key.size();
+  auto get = callback_args<PJRT_KeyValueGetCallback_Args>(PJRT_KeyValueGetCallback_Args_STRUCT_SIZE, key,
+                                                          create.kv_get_user_arg);
   get.timeout_in_ms = 1000;
-  get.callback_error = &g_make_error;
-  get.user_arg = create.kv_get_user_arg;
   ASSERT_EQ(create.kv_get_callback(&get), nullptr);
   ASSERT_NE(get.value_deleter_callback, nullptr);
   EXPECT_EQ(std::string(get.value, get.value_size), value);
   get.value_deleter_callback(get.value);  // what the plugin does once it has copied the value
 
-  PJRT_KeyValueTryGetCallback_Args try_get{};
-  try_get.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE;
-  try_get.key = key.data();
-  try_get.key_size = key.size();
-  try_get.callback_error = &g_make_error;
-  try_get.user_arg = create.kv_try_get_user_arg;
+  auto try_get = callback_args<PJRT_KeyValueTryGetCallback_Args>(PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE, key,
+                                                                 create.kv_try_get_user_arg);
   ASSERT_EQ(create.kv_try_get_callback(&try_get), nullptr);
   EXPECT_EQ(std::string(try_get.value, try_get.value_size), value);
   try_get.value_deleter_callback(try_get.value);
@@ -171,23 +171,15 @@ TEST(PjrtKvCallbacks, MissingKeysAreTheCodesXlaTestsFor) {
   callbacks.install(create);
   const std::string key = "absent";
 
-  PJRT_KeyValueTryGetCallback_Args try_get{};
-  try_get.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE;
-  try_get.key = key.data();
-  try_get.key_size = key.size();
-  try_get.callback_error = &g_make_error;
-  try_get.user_arg = create.kv_try_get_user_arg;
+  auto try_get = callback_args<PJRT_KeyValueTryGetCallback_Args>(PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE, key,
+                                                                 create.kv_try_get_user_arg);
   EXPECT_EQ(create.kv_try_get_callback(&try_get), reinterpret_cast<PJRT_Error*>(&g_marker));
   EXPECT_EQ(g_error.code, PJRT_Error_Code_NOT_FOUND);
   EXPECT_EQ(g_error.message, "pjrt key-value store: no key 'p/absent'");
 
-  PJRT_KeyValueGetCallback_Args get{};
-  get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
-  get.key = key.data();
-  get.key_size = key.size();
+  auto get = callback_args<PJRT_KeyValueGetCallback_Args>(PJRT_KeyValueGetCallback_Args_STRUCT_SIZE, key,
+                                                          create.kv_get_user_arg);
   get.timeout_in_ms = 30;
-  get.callback_error = &g_make_error;
-  get.user_arg = create.kv_get_user_arg;
   EXPECT_EQ(create.kv_get_callback(&get), reinterpret_cast<PJRT_Error*>(&g_marker));
   EXPECT_EQ(g_error.code, PJRT_Error_Code_DEADLINE_EXCEEDED);
   EXPECT_EQ(g_error.message, "pjrt key-value store: no process put key 'p/absent' within 30 ms");

@@ -494,6 +494,20 @@ PJRT_Error_Code error_code(const Status& status) {
                                                           : PJRT_Error_Code_INTERNAL;
 }
 
+// A get's answer (PJRT_KeyValueGetCallback_Args or ..TryGet..): the value, copied for the
+// plugin, or the error, a missing key reported as `missing`.
+template <typename Args>
+PJRT_Error* answer(Args* args, const Result<std::string>& value, PJRT_Error_Code missing) {
+  if (!value.ok()) {
+    const PJRT_Error_Code code = value.status().code() == StatusCode::kNotFound ? missing : error_code(value.status());
+    return plugin_error(args->callback_error, code, value.status());
+  }
+  args->value = plugin_copy(*value);
+  args->value_size = value->size();
+  args->value_deleter_callback = &delete_value;
+  return nullptr;
+}
+
 }  // namespace
 
 void PjrtKvCallbacks::install(PJRT_Client_Create_Args& args) {
@@ -508,29 +522,13 @@ void PjrtKvCallbacks::install(PJRT_Client_Create_Args& args) {
 PJRT_Error* PjrtKvCallbacks::get(PJRT_KeyValueGetCallback_Args* args) {
   const auto* self = static_cast<const PjrtKvCallbacks*>(args->user_arg);
   Result<std::string> value = self->store_->get(self->key(args->key, args->key_size), milliseconds(args->timeout_in_ms));
-  if (!value.ok()) {
-    const PJRT_Error_Code code =
-        value.status().code() == StatusCode::kNotFound ? PJRT_Error_Code_DEADLINE_EXCEEDED : error_code(value.status());
-    return plugin_error(args->callback_error, code, value.status());
-  }
-  args->value = plugin_copy(*value);
-  args->value_size = value->size();
-  args->value_deleter_callback = &delete_value;
-  return nullptr;
+  return answer(args, value, PJRT_Error_Code_DEADLINE_EXCEEDED);
 }
 
 PJRT_Error* PjrtKvCallbacks::try_get(PJRT_KeyValueTryGetCallback_Args* args) {
   const auto* self = static_cast<const PjrtKvCallbacks*>(args->user_arg);
   Result<std::string> value = self->store_->try_get(self->key(args->key, args->key_size));
-  if (!value.ok()) {
-    const PJRT_Error_Code code =
-        value.status().code() == StatusCode::kNotFound ? PJRT_Error_Code_NOT_FOUND : error_code(value.status());
-    return plugin_error(args->callback_error, code, value.status());
-  }
-  args->value = plugin_copy(*value);
-  args->value_size = value->size();
-  args->value_deleter_callback = &delete_value;
-  return nullptr;
+  return answer(args, value, PJRT_Error_Code_NOT_FOUND);
 }
 
 PJRT_Error* PjrtKvCallbacks::put(PJRT_KeyValuePutCallback_Args* args) {
