@@ -94,8 +94,10 @@ constexpr const char* kRecompute = R"(module @recompute
 ENTRY computation @main {
   %x = f32[256] parameter(), index=0
   %w = f32[256] parameter(), index=1
+  %c = f32[4,256] parameter(), index=2
   %h = f32[256] mul(%x, %w), name="layers.0.h"
-  %b = f32[4,256] broadcast(%h), dims={1}, name="layers.0.wide"
+  %hb = f32[4,256] broadcast(%h), dims={1}, name="layers.0.wide"
+  %b = f32[4,256] add(%hb, %c), name="layers.0.wide"
   %e = f32[4,256] exp(%b), name="layers.0.e"
   %s = f32[] reduce_sum(%e), dims={0,1}, name="loss"
   %g = f32[256] broadcast(%s), dims={}, name="loss.grad"
@@ -113,7 +115,8 @@ TEST(MemoryScheduler, RunsRecomputationRightBeforeItsBackwardUse) {
   expect_topological(c, listed);
   EXPECT_EQ(position(listed, "hr") + 1, position(listed, "d"));
   EXPECT_GT(position(listed, "hr"), position(listed, "s"));
-  // Live at the peak: %b and %e (exp is not in place here), never %hr beside them.
+  // Live at the peak: two wide values (%hb and %b, then %b and %e: exp is not in place
+  // here), never %hr beside them.
   const int64_t wide = 4 * 256 * 4;
   EXPECT_EQ(peak_live_bytes(model, listed), 2 * wide);
   // Without the marker the same clone is an ordinary value and runs early.
@@ -154,7 +157,9 @@ ENTRY computation @main {
   %f = (f32[], f32[256]) fusion(%x, %y), kind=input, calls={@fused}, name="layers.2.remat"
   %r = f32[256] get_tuple_element(%f), index=1, name="layers.1.output"
   %n = f32[256] exp(%r), name="layers.2"
-  %far = f32[64,256] broadcast(%y), dims={1}, name="far"
+  %fa = f32[64,256] parameter(), index=2
+  %fb = f32[64,256] parameter(), index=3
+  %far = f32[64,256] add(%fa, %fb), name="far"
   %o = f32[] reduce_sum(%n), dims={0}, name="loss"
   %z = f32[256] fusion(%x), kind=loop, calls={@all_remat}, name="layers.0.h.remat"
   %s = f32[] get_tuple_element(%f), index=0, name="layers.2.remat"
@@ -230,6 +235,52 @@ TEST(MemoryScheduler, RunsADonatedOutputAfterTheOtherReadersOfItsArgument) {
   EXPECT_EQ(position(delayed, "bc"), position(delayed, "next") + 1);
   EXPECT_EQ(peak_live_bytes(model, delayed, donating), 2 * 64 * 4);
   EXPECT_EQ(choose_schedule(c, model, donating).schedule, listed);
+}
+
+// Instructions made from arguments alone (weight gathers, a zero accumulator) run on demand,
+// right before their first reader: ready from the start, a greedy choice would run the
+// small gathers %g0..%g2 first, all before the large %emb the first layer waits for, and
+// hold them all at once.
+constexpr const char* kOnDemand = R"(module @on_demand
+
+ENTRY computation @main {
+  %t = f32[64,16] parameter(), index=0
+  %w0 = f32[4,16] parameter(), index=1
+  %w1 = f32[4,16] parameter(), index=2
+  %w2 = f32[4,16] parameter(), index=3
+  %ids = f32[16] parameter(), index=4
+  %emb.start = f32[128,16] all_gather_start(%t), dim=0, group_size=2, mesh_axes=fsdp
+  %emb = f32[128,16] all_gather_done(%emb.start, %t)
+  %es = f32[16] reduce_sum(%emb), dims={0}
+  %x = f32[16] add(%es, %ids)
+  %g0.start = f32[8,16] all_gather_start(%w0), dim=0, group_size=2, mesh_axes=fsdp
+  %g0 = f32[8,16] all_gather_done(%g0.start, %w0)
+  %xb = f32[8,16] broadcast(%x), dims={1}
+  %h0 = f32[8,16] add(%g0, %xb)
+  %g1.start = f32[8,16] all_gather_start(%w1), dim=0, group_size=2, mesh_axes=fsdp
+  %g1 = f32[8,16] all_gather_done(%g1.start, %w1)
+  %h1 = f32[8,16] add(%g1, %h0)
+  %g2.start = f32[8,16] all_gather_start(%w2), dim=0, group_size=2, mesh_axes=fsdp
+  %g2 = f32[8,16] all_gather_done(%g2.start, %w2)
+  ROOT %h2 = f32[8,16] add(%g2, %h1)
+}
+)";
+
+TEST(MemoryScheduler, RunsInstructionsMadeFromArgumentsRightBeforeTheirFirstReader) {
+  auto m = parse(kOnDemand);
+  const ir::Computation& c = *m->entry();
+  BufferModel model(c);
+  Schedule listed = list_schedule(c, model);
+  expect_topological(c, listed);
+  for (const char* g : {"g0", "g1", "g2"}) {
+    const std::string start = std::string(g) + ".start";
+    EXPECT_GT(position(listed, start.c_str()), position(listed, "x")) << g;
+  }
+  EXPECT_EQ(position(listed, "g1.start") + 2, position(listed, "h1"));
+  EXPECT_EQ(position(listed, "g2.start") + 2, position(listed, "h2"));
+  // At the peak: the gathered table and its sum (made from the table alone, so on demand
+  // too); later one gathered weight, a layer's input and output at a time.
+  EXPECT_EQ(peak_live_bytes(model, listed), 128 * 16 * 4 + 16 * 4);
 }
 
 TEST(LogicalBuffers, ViewsAndTuplesNameTheirOperandsBuffers) {

@@ -1,6 +1,8 @@
-// The memory-aware list scheduler (memory_scheduler.h) with its two constraints: lazy
-// recomputation and donated outputs after their argument's other readers.
+// The memory-aware list scheduler (memory_scheduler.h) with instructions run on demand and
+// its two constraints: lazy recomputation and donated outputs after their argument's other
+// readers.
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -35,7 +37,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   std::vector<std::vector<int>> readers_of(model.buffers().size());
   for (int i = 0; i < n; ++i) {
     const Instr* instr = instrs[i].get();
-    lazy[i] = is_recomputation(*instr);
+    lazy[i] = is_recomputation(*instr) && !recomputes_loss_tile(*instr);
     for (const Instr* o : instr->operands()) operands[i].push_back(index.at(o));
     sort_unique(operands[i]);
     for (int o : operands[i]) {
@@ -46,12 +48,59 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
     for (int b : used[i]) readers_of[b].push_back(i);
   }
 
+  // On demand: an instruction that makes one argument or constant ready for use (through
+  // other such instructions): an FSDP weight's cast and all-gather, a zero accumulator. It is ready from the first step, and a greedy choice among allocations
+  // would run the cheapest first (all of a model's expert-weight gathers, 0.5 GiB each,
+  // before an embedding's 2.8 GiB one: gpt-oss-20b held 36 GiB of gathered weights at once).
+  // So it is never ready on its own: it runs right before the first instruction picked that
+  // reads it (post order's placement), whose score pays for it; latency hiding then moves
+  // a collective's start earlier, within its limit. Outputs and donated writes are not on
+  // demand (their place is the donation's).
+  std::vector<int64_t> defined_bytes(n, 0);
+  std::vector<bool> defines_output(n, false);
+  for (int i = 0; i < n; ++i) {
+    for (int b : model.defined(instrs[i].get())) {
+      const LogicalBuffer& buf = model.buffer(b);
+      if (buf.source == BufferSource::kComputed) defined_bytes[i] += buf.bytes;
+      defines_output[i] = defines_output[i] || buf.output;
+    }
+  }
+  std::vector<bool> on_demand(n, false);
+  for (int i = 0; i < n; ++i) {
+    const ir::Opcode op = instrs[i]->opcode();
+    // (A scalar is not worth delaying, and may be a counter the donations order.)
+    const bool array = instrs[i]->shape().is_tuple() || instrs[i]->shape().num_elements() > 1;
+    if (lazy[i] || defines_output[i] || !array || op == ir::Opcode::kParameter || op == ir::Opcode::kConstant) continue;
+    int arrays = 0;                // operands of more than one element
+    int64_t operand_bytes = 0;     // theirs
+    bool from_sources = true, reads_on_demand = false;
+    for (const Instr* o : instrs[i]->operands()) {
+      const int k = index.at(o);
+      const bool source = o->opcode() == ir::Opcode::kParameter || o->opcode() == ir::Opcode::kConstant;
+      from_sources = from_sources && (source || on_demand[k]);
+      reads_on_demand = reads_on_demand || on_demand[k];
+      const bool is_array = o->shape().is_tuple() || o->shape().num_elements() > 1;
+      arrays += is_array ? 1 : 0;
+      operand_bytes += is_array ? o->shape().byte_size() : 0;
+    }
+    // One array made ready for use (a weight cast, gathered, transposed; a constant
+    // broadcast) or expanded (a row statistic broadcast back over its rows: ready early,
+    // it would cost as much as it is large and wait behind other allocations while the
+    // value its reader frees stays alive), or a view of one (a collective's done, a
+    // reshape). Not an instruction combining arrays: the forward pass is made of arguments
+    // alone too (weights and the batch), and is the list scheduler's to order.
+    const bool expands = arrays == 1 && defined_bytes[i] >= 2 * operand_bytes;
+    // (Never over recomputation: its reader would not know to wait for the clone.)
+    if (std::any_of(operands[i].begin(), operands[i].end(), [&](int o) { return lazy[o]; })) continue;
+    on_demand[i] = defined_bytes[i] > 0 ? arrays <= 1 && (from_sources || expands) : from_sources && reads_on_demand;
+  }
+
   // Prerequisites: the non-lazy instructions that must have run before i may be picked: its
-  // non-lazy operands and, through its lazy operands, what the recomputation reads.
+  // non-lazy operands and, through its lazy and on-demand operands, what those read.
   std::vector<std::vector<int>> prereq(n);
   for (int i = 0; i < n; ++i) {
     for (int o : operands[i]) {
-      if (lazy[o]) {
+      if (lazy[o] || on_demand[o]) {
         prereq[i].insert(prereq[i].end(), prereq[o].begin(), prereq[o].end());
       } else {
         prereq[i].push_back(o);
@@ -68,7 +117,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   for (const auto& [r, p] : donated_buffers(model, options.donated)) {
     const int d = index.at(model.buffer(r).def);
     donated_bytes[d] += model.buffer(r).bytes;
-    if (lazy[d]) continue;
+    if (lazy[d] || on_demand[d]) continue;
     std::vector<int> readers, work;
     std::vector<bool> seen(n, false);
     for (int i : readers_of[p]) {
@@ -77,7 +126,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
     while (!work.empty()) {
       int i = work.back();
       work.pop_back();
-      if (!lazy[i]) {
+      if (!lazy[i] && !on_demand[i]) {
         readers.push_back(i);
         continue;
       }
@@ -110,7 +159,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   std::vector<int> waiting(n, 0);
   std::vector<std::vector<int>> dependents(n);
   for (int i = 0; i < n; ++i) {
-    if (lazy[i]) continue;
+    if (lazy[i] || on_demand[i]) continue;
     waiting[i] = static_cast<int>(prereq[i].size());
     for (int q : prereq[i]) dependents[q].push_back(i);
   }
@@ -119,12 +168,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
     for (int b : used[i]) ++readers_left[b];
   }
   std::vector<int64_t> allocates(n, 0);
-  for (int i = 0; i < n; ++i) {
-    for (int b : model.defined(instrs[i].get())) {
-      if (model.buffer(b).source == BufferSource::kComputed) allocates[i] += model.buffer(b).bytes;
-    }
-    allocates[i] -= donated_bytes[i];  // written into the argument's storage
-  }
+  for (int i = 0; i < n; ++i) allocates[i] = defined_bytes[i] - donated_bytes[i];  // donated: written into the argument's storage
 
   std::vector<bool> done(n, false);
   // Recomputation runs in program order, where RematPass's topological sort put each clone:
@@ -143,6 +187,13 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   size_t next_lazy = 0;
   std::vector<int> group;
   std::vector<bool> in_group(n, false);
+  // Whether a group member may read o: run, in the group, or on demand with its own inputs
+  // so (an expanding broadcast's statistic).
+  std::function<bool(int)> available = [&](int o) {
+    if (done[o] || in_group[o]) return true;
+    if (!on_demand[o]) return false;
+    return std::all_of(operands[o].begin(), operands[o].end(), available);
+  };
   // A clone whose inputs are not all there yet waits for a later group (i's own recomputation
   // always can run: its inputs are i's prerequisites).
   auto group_of = [&](int i) -> const std::vector<int>& {
@@ -150,7 +201,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
     for (size_t k = next_lazy; k < lazy_order.size() && lazy_order[k] <= newest_lazy[i]; ++k) {
       const int l = lazy_order[k];
       if (done[l]) continue;
-      bool runnable = std::all_of(operands[l].begin(), operands[l].end(), [&](int o) { return done[o] || in_group[o]; });
+      bool runnable = std::all_of(operands[l].begin(), operands[l].end(), [&](int o) { return available(o); });
       if (!runnable) continue;
       group.push_back(l);
       in_group[l] = true;
@@ -158,6 +209,32 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
     for (int g : group) in_group[g] = false;
     group.push_back(i);
     return group;
+  };
+  // `members` with, before each, its on-demand operands not run yet (and theirs), once.
+  std::vector<bool> in_expansion(n, false);
+  auto with_on_demand = [&](const std::vector<int>& members) {
+    std::vector<int> out;
+    std::vector<std::pair<int, size_t>> stack;  // (instruction, next operand)
+    for (int m : members) {
+      for (int o : operands[m]) {
+        if (!on_demand[o] || done[o] || in_expansion[o]) continue;
+        stack.push_back({o, 0});
+        in_expansion[o] = true;
+        while (!stack.empty()) {
+          auto& [x, next] = stack.back();
+          if (next < operands[x].size()) {
+            const int y = operands[x][next++];
+            if (on_demand[y] && !done[y] && !in_expansion[y]) stack.push_back({y, 0}), in_expansion[y] = true;
+            continue;
+          }
+          out.push_back(x);
+          stack.pop_back();
+        }
+      }
+      out.push_back(m);
+    }
+    for (int x : out) in_expansion[x] = false;
+    return out;
   };
   // Bytes running the group frees (existing buffers it reads for the last time) minus bytes
   // it leaves allocated (what it defines, unless nothing after the group reads it).
@@ -217,8 +294,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   std::vector<char> in_ranked(n, 0);
   std::vector<int> waiting_for_recomputation;  // ready, but needing recomputation first
   auto rank = [&](int i) {
-    group = {i};
-    ranked_score[i] = score(group);
+    ranked_score[i] = score(with_on_demand({i}));
     ranked.insert({instrs[i]->meta().stage, -ranked_score[i], i});
     in_ranked[i] = 1;
   };
@@ -230,7 +306,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
     }
   };
   for (int i = 0; i < n; ++i) {
-    if (!lazy[i] && waiting[i] == 0) make_ready(i);
+    if (!lazy[i] && !on_demand[i] && waiting[i] == 0) make_ready(i);
   }
   Schedule order;
   order.reserve(instrs.size());
@@ -244,6 +320,14 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
         ranked.erase({instrs[r]->meta().stage, -ranked_score[r], r});
         rank(r);
       }
+    }
+    if (on_demand[i]) {  // its ranked readers no longer pay for it
+      for (int u : users[i]) {
+        if (done[u] || !in_ranked[u]) continue;
+        ranked.erase({instrs[u]->meta().stage, -ranked_score[u], u});
+        rank(u);
+      }
+      return;
     }
     if (!lazy[i]) return;
     for (int u : users[i]) {
@@ -278,12 +362,12 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
       }
       for (int c : waiting_for_recomputation) {
         if (ready_since[c] != newest || instrs[c]->meta().stage != stage) continue;
-        int64_t s = score(group_of(c));
+        int64_t s = score(with_on_demand(group_of(c)));
         if (i < 0 || s > best_score || (s == best_score && c < i)) i = c, best_score = s;
       }
       waiting_for_recomputation.erase(std::find(waiting_for_recomputation.begin(), waiting_for_recomputation.end(), i));
     }
-    std::vector<int> to_run = pending_lazy[i] > 0 ? group_of(i) : std::vector<int>{i};
+    std::vector<int> to_run = with_on_demand(pending_lazy[i] > 0 ? group_of(i) : std::vector<int>{i});
     for (int g : to_run) run(g);
     while (next_lazy < lazy_order.size() && done[lazy_order[next_lazy]]) ++next_lazy;
     ++clock;

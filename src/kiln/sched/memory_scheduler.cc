@@ -43,6 +43,12 @@ bool is_recomputation(const ir::Instr& instr) {
   return any;
 }
 
+bool recomputes_loss_tile(const ir::Instr& instr) {
+  const std::string& name = instr.meta().name;
+  const size_t at = name.find("vocab_tiles.");
+  return at != std::string::npos && (at == 0 || name[at - 1] == '.') && is_recomputation(instr);
+}
+
 std::vector<std::pair<int, int>> donated_buffers(const BufferModel& model,
                                                  const std::vector<std::pair<int64_t, int64_t>>& donated) {
   std::unordered_map<int64_t, std::vector<int>> argument_leaves;

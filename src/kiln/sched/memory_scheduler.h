@@ -6,6 +6,11 @@
 // (each value computed right before its first user) and keeps whichever peaks lowest (a
 // greedy choice can lose), as XLA tries several schedulers and keeps the best.
 //
+// An instruction that makes one argument or constant ready for use (an FSDP weight's cast
+// and all-gather, a zero accumulator; not one combining several arrays) runs on demand: right before the first instruction picked
+// that reads it, which pays for it in its score. A greedy choice among them would run the
+// smallest first, all of a model's expert-weight gathers before the embedding's.
+//
 // Two constraints keep the list scheduler from undoing other decisions:
 //   - recomputation (RematPass's clones "<name>.remat", RegatherPass's all-gathers of FSDP
 //     weights for the backward pass "<name>.regather") is scheduled lazily: a clone is
@@ -43,6 +48,14 @@ struct ScheduleOptions {
 // Whether `instr` recomputes a forward value for the backward pass (RematPass's clones carry
 // the name suffix ".remat", RegatherPass's ".regather"); a fusion only when all its members do.
 bool is_recomputation(const ir::Instr& instr);
+
+// Whether `instr` recomputes a value of a loss tile ("vocab_tiles.N", the model's
+// num_vocab_tiling). Not lazy: its inputs (the decoder's output, the unembedding) exist only
+// at the end of the forward pass, where the backward pass starts anyway, and each tile's
+// logits are large enough that the list scheduler finishes one tile before it starts the
+// next; held back as a group until a gradient needs it, every tile's logits would be made
+// before any tile's gradient (the groups run in program order).
+bool recomputes_loss_tile(const ir::Instr& instr);
 
 // The (output buffer, argument buffer) pairs of `donated` that buffer assignment can alias:
 // an array argument, a computed output of the same size that is not also another output.
