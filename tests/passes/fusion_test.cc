@@ -383,3 +383,46 @@ ENTRY computation @main {
 
 }  // namespace
 }  // namespace kiln::passes
+
+namespace kiln::passes {
+namespace {
+
+// Five products summed in a chain (a weight's partial gradients, one per loss tile): fused
+// whole, one kernel would read all five, each alive until it runs. No fusion reads more than
+// three products; the sums are the same.
+TEST(Fusion, AChainOfAddsOverManyProductsReadsAtMostThreePerKernel) {
+  const char* text = R"(module @chain
+
+ENTRY computation @main {
+  %a = f32[4,4] parameter(), index=0
+  %b = f32[4,4] parameter(), index=1
+  %p0 = f32[4,4] dot_general(%a, %b), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
+  %p1 = f32[4,4] dot_general(%b, %a), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
+  %p2 = f32[4,4] dot_general(%a, %a), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
+  %p3 = f32[4,4] dot_general(%b, %b), lhs_batch={}, lhs_contract={1}, rhs_batch={}, rhs_contract={0}
+  %p4 = f32[4,4] dot_general(%a, %b), lhs_batch={}, lhs_contract={0}, rhs_batch={}, rhs_contract={0}
+  %s1 = f32[4,4] add(%p0, %p1)
+  %s2 = f32[4,4] add(%s1, %p2)
+  %s3 = f32[4,4] add(%s2, %p3)
+  ROOT %s4 = f32[4,4] add(%s3, %p4)
+}
+)";
+  std::unique_ptr<ir::Module> module = testing::parse_or_die(text);
+  ASSERT_NE(module, nullptr);
+  std::unique_ptr<ir::Module> original = module->clone();
+  FusionPass pass;
+  ASSERT_TRUE(pass.run(*module).ok());
+  int fusions = 0;
+  for (const auto& i : module->entry()->instructions()) {
+    if (i->opcode() != ir::Opcode::kFusion) continue;
+    ++fusions;
+    int products = 0;
+    for (const ir::Instr* o : i->operands()) products += o->opcode() == ir::Opcode::kDotGeneral ? 1 : 0;
+    EXPECT_LE(products, 3) << i->to_string();
+  }
+  EXPECT_EQ(fusions, 2);  // (p2 + (p0 + p1)) then (p4 + (p3 + that))
+  testing::expect_same_outputs(*original, *module);
+}
+
+}  // namespace
+}  // namespace kiln::passes

@@ -248,6 +248,35 @@ ENTRY computation @main {
   check_pass(pass, text, text, false);
 }
 
+// The consumer recomputes a layer's value for the backward pass (RematPass's "*.remat") from
+// the forward's %p, which the forward also reads: merged, the recomputation would run in
+// the forward kernel and its result would live until the backward pass.
+TEST(MultiOutputFusion, RefusesToMergeAForwardProducerIntoRecomputation) {
+  const char* text = R"(module @remat
+
+computation @fused.p {
+  %p.x = f32[4,8] parameter(), index=0
+  ROOT %p.e = bf16[4,8] convert(%p.x), name="embed"
+}
+
+computation @fused.c {
+  %c.v = bf16[4,8] parameter(), index=0
+  %c.f = f32[4,8] convert(%c.v), name="layers.0.remat"
+  ROOT %c.m = f32[4,8] mul(%c.f, %c.f), name="layers.0.remat"
+}
+
+ENTRY computation @main {
+  %x = f32[4,8] parameter(), index=0
+  %p = bf16[4,8] fusion(%x), kind=loop, calls={@fused.p}, name="embed"
+  %c = f32[4,8] fusion(%p), kind=loop, calls={@fused.c}, name="layers.0.remat"
+  %n = bf16[4,8] neg(%p), name="layers.0"
+  ROOT %t = (f32[4,8], bf16[4,8]) tuple(%c, %n)
+}
+)";
+  MultiOutputFusionPass pass;
+  check_pass(pass, text, text, false);
+}
+
 // The consumer reads the producer through a transpose (a load at another index): merged, the
 // transpose would read a value computed inside the loop, which only a parameter can be.
 TEST(MultiOutputFusion, RefusesAProducerTheConsumerReadsThroughATranspose) {

@@ -96,6 +96,16 @@ struct Group {
   const char* kind = "loop";    // "input": the root is a reduction of the loop's values
 };
 
+}  // namespace
+
+// (SwiGLU's gradient reads three: the up and gate projections and the down projection's
+// gradient.)
+bool is_library_result(const ir::Instr& instr) {
+  return ops::op_def(instr.opcode()).kernel_class != ops::KernelClass::kOther && !instr.shape().is_tuple();
+}
+
+namespace {
+
 Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
            const std::unordered_map<const Instr*, size_t>& position, bool single_op) {
   Group g{root, {root}};
@@ -106,6 +116,23 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
   std::unordered_set<const Instr*> in_group = {root};
   std::vector<Instr*> work = {root};
   int32_t group_stage = root->meta().stage;
+  // Library kernels' results of the loop's size that the group reads (matmuls, grouped
+  // matmuls): each must be alive when the kernel runs. A chain of adds over many of them (the
+  // partial gradients of a weight used by every loss tile, summed before one reduce-scatter)
+  // fused whole would keep them all alive at once; kept to a few, the chain runs as a few
+  // kernels that each free what they add.
+  const int64_t loop_elements = [&] {
+    int64_t n = 1;
+    for (int64_t d : loop_dims) n *= d;
+    return n;
+  }();
+  auto library_result = [&](const Instr* x) {
+    return is_library_result(*x) && x->shape().num_elements() == loop_elements;
+  };
+  std::unordered_set<const Instr*> library_inputs;
+  for (const Instr* x : root->operands()) {
+    if (library_result(x)) library_inputs.insert(x);
+  }
   while (!work.empty()) {
     Instr* cur = work.back();
     work.pop_back();
@@ -167,6 +194,16 @@ Group grow(Instr* root, const std::unordered_set<const Instr*>& taken,
       if (of_another_stage(o, group_stage)) {
         KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": another scheduling stage";
         continue;
+      }
+      size_t more = 0;
+      for (const Instr* x : o->operands()) more += library_result(x) && !library_inputs.count(x) ? 1 : 0;
+      if (more > 0 && library_inputs.size() + more > kMaxLibraryInputs) {
+        KILN_VLOG(2) << "fusion: %" << o->id() << " not into %" << root->id() << ": the kernel would read "
+                     << library_inputs.size() + more << " matmul results at once (all alive until it runs)";
+        continue;
+      }
+      for (const Instr* x : o->operands()) {
+        if (library_result(x)) library_inputs.insert(x);
       }
       group_stage = std::max(group_stage, o->meta().stage);
       in_group.insert(o);

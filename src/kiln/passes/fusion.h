@@ -10,6 +10,11 @@
 // elementwise op ends up in some fusion (alone if nothing joins it). Each decision not to
 // fuse logs its reason at KILN_VLOG(2) ("fusion: %a not into %b: used outside the group").
 //
+// A group reads at most three results of library kernels (matmuls, grouped matmuls) of the
+// loop's size: each is alive until the kernel runs, so a chain of adds over many of them (a
+// weight's partial gradients, one per loss tile, summed before one reduce-scatter) becomes
+// a chain of kernels that free what they add instead of one kernel that keeps all alive.
+//
 // An input fusion's root is a floating-point reduction over one contiguous block of dims;
 // its group grows the same way over the reduction's input dims (RMSNorm's sum of squares,
 // softmax denominators, gradient norms never materialize their input).
@@ -50,6 +55,11 @@ namespace kiln::passes {
 bool is_mapped_read(const ir::Instr& instr);
 // Whether `instr` is an iota a loop fusion computes from its loop index (s32 or u32).
 bool is_fusible_iota(const ir::Instr& instr);
+
+// The most library kernels' results (matmuls, grouped matmuls: registry kernel_class) of its
+// loop's size one loop fusion reads (see above; multi-output fusion keeps to it too).
+inline constexpr size_t kMaxLibraryInputs = 3;
+bool is_library_result(const ir::Instr& instr);
 
 class FusionPass : public Pass {
  public:

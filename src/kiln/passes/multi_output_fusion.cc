@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "kiln/base/logging.h"
-#include "kiln/passes/fusion.h"  // is_mapped_read
+#include "kiln/passes/fusion.h"  // is_mapped_read, is_library_result
 #include "kiln/passes/fusion_inputs.h"
 
 namespace kiln::passes {
@@ -22,6 +22,18 @@ using ir::Opcode;
 constexpr int kMaxOperands = 24;
 constexpr int kMaxOutputs = 6;
 bool is_fusion(const Instr* i) { return i->opcode() == Opcode::kFusion && !i->called().empty(); }
+
+// Whether a fusion computes a value again for the backward pass (a member named by RematPass
+// "*.remat" or RegatherPass "*.regather").
+bool holds_recomputation(const Instr* fusion) {
+  for (const ir::Computation* c : fusion->called()) {
+    for (const auto& m : c->instructions()) {
+      const std::string& name = m->meta().name;
+      if (name.ends_with(".remat") || name.ends_with(".regather")) return true;
+    }
+  }
+  return false;
+}
 const std::string& kind(const Instr* fusion) { return fusion->attrs().get_string("kind"); }
 
 int num_outputs(const Instr* fusion) {
@@ -134,6 +146,23 @@ int merged_operand_count(const Instr* producer, const Instr* consumer) {
   return static_cast<int>(std::unique(operands.begin(), operands.end()) - operands.begin());
 }
 
+// Library kernels' results of the consumer's loop size that the merged fusion would read
+// (fusion.h: kMaxLibraryInputs).
+size_t merged_library_inputs(const Instr* producer, const Instr* consumer) {
+  int64_t elements = 1;
+  for (int64_t d : loop_dims(consumer)) elements *= d;
+  std::vector<const Instr*> inputs;
+  for (const Instr* o : producer->operands()) inputs.push_back(o);
+  for (const Instr* o : consumer->operands()) {
+    if (!reads_from(o, producer)) inputs.push_back(o);
+  }
+  std::sort(inputs.begin(), inputs.end());
+  inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+  return std::count_if(inputs.begin(), inputs.end(), [&](const Instr* o) {
+    return is_library_result(*o) && o->shape().num_elements() == elements;
+  });
+}
+
 // Where the merged fusion would sit: after its last operand, before its first reader.
 struct Slot {
   double after = -1, before = std::numeric_limits<double>::infinity();
@@ -183,6 +212,14 @@ bool can_merge(Instr* producer, Instr* consumer, const ir::Computation& comp, Gr
   // Not across scheduling stages (ir::Metadata::stage): the producer's other readers would
   // wait for the consumer's stage (one micro-batch's backward pass for a later forward pass).
   if (producer->meta().stage != consumer->meta().stage) return false;
+  // Recomputation stays out of forward kernels: merged into its producer (the layer's input
+  // cast again to f32 for the norm, merged into the forward kernel that casts the embedding),
+  // it would run in the forward pass and its result would live until the backward pass.
+  if (holds_recomputation(consumer) && !holds_recomputation(producer)) {
+    KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id()
+                 << ": the consumer recomputes for the backward pass, the producer does not";
+    return false;
+  }
   if (producer->shape().is_tuple()) {
     // A multi-output loop fusion (an earlier merge, e.g. AdamW's update with the bf16 copy):
     // merged whole when every reader takes one element; the tuple as a value is left alone.
@@ -199,6 +236,11 @@ bool can_merge(Instr* producer, Instr* consumer, const ir::Computation& comp, Gr
   }
   if (const char* why = mapped_read_conflict(producer, consumer)) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": " << why;
+    return false;
+  }
+  if (merged_library_inputs(producer, consumer) > kMaxLibraryInputs) {
+    KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id()
+                 << ": the kernel would read more than " << kMaxLibraryInputs << " matmul results at once";
     return false;
   }
   std::vector<Instr*> others = other_users(producer, consumer, g);

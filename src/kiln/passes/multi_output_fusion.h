@@ -20,7 +20,10 @@
 //     the topological order, so the decision does not depend on the model's depth;
 //   - the merged fusion has a place in that order: its operands all come before the
 //     producer's other readers (otherwise other instructions would have to move);
-//   - the merged body stays small enough for one kernel (operands and outputs bounded).
+//   - the merged body stays small enough for one kernel (operands and outputs bounded);
+//   - the consumer does not recompute for the backward pass (RematPass's "*.remat",
+//     RegatherPass's "*.regather") unless the producer does too: merged into a forward
+//     kernel, the recomputation would run in the forward pass and live until the backward.
 // Nothing is ever computed twice: the producer's body moves into the consumer's; each of its
 // values becomes an extra output only while something outside still reads it. Every merge
 // and every refusal logs its reason at KILN_VLOG(2).
