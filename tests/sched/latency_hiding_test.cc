@@ -90,17 +90,45 @@ TEST(LatencyHiding, NextLayersGatherStartsBeforeThisLayersCompute) {
   EXPECT_EQ(stats.peak_in_flight_bytes, 256);
 }
 
-TEST(LatencyHiding, DefaultLimitHoldsTwoLayersAndOverlapsTheGradientReduceScatter) {
+TEST(LatencyHiding, DefaultLimitHoldsOneLayerAndOverlapsTheGradientReduceScatter) {
   auto m = parse(kLayers);
   LatencyHidingStats stats;
-  // The default: twice the largest of a layer's gathered bytes (256) and one window (384).
+  // The default: the larger of a layer's gathered bytes (256) and one window (384), per
+  // channel: one layer's gather ahead of the compute (two would need 512), and the
+  // reduce-scatter on its own channel.
   Schedule s = hidden(*m, -1, &stats);
-  EXPECT_EQ(stats.limit_bytes, 768);
-  // g1 and g2 start before layer 0's matmul; r2 is done only at the end, after d1 (the
+  EXPECT_EQ(stats.limit_bytes, 384);
+  // g1 starts before layer 0's matmul, g2 before layer 1's; r2 is done only after d1 (the
   // earlier layer's backward) ran; r1 has nothing after it.
-  EXPECT_EQ(order(s), "g0.start g0 g1.start g2.start h0 g1 h1 g2 h2 d2 r2.start d1 r2 r1.start r1 out");
+  EXPECT_EQ(order(s), "g0.start g0 g1.start h0 g1 g2.start h1 g2 h2 d2 r2.start d1 r2 r1.start r1 out");
   EXPECT_EQ(stats.overlapped, 3);
-  EXPECT_EQ(stats.peak_in_flight_bytes, 512);
+  EXPECT_EQ(stats.peak_in_flight_bytes, 384);
+}
+
+// A gather and a reduce-scatter in flight at once charge separate channels: each fits the
+// limit alone, so both overlap the same compute.
+TEST(LatencyHiding, GathersAndReduceScattersChargeSeparateChannels) {
+  auto m = parse(R"(module @channels
+
+ENTRY computation @main {
+  %w = f32[4,8] parameter(), index=0
+  %x = f32[8,8] parameter(), index=1
+  %y = f32[8,8] exp(%x)
+  %r.start = f32[4,8] reduce_scatter_start(%y), dim=0, group_size=2, mesh_axes=fsdp
+  %g.start = f32[8,8] all_gather_start(%w), dim=0, group_size=2, mesh_axes=fsdp
+  %h = f32[8,8] tanh(%x)
+  %g = f32[8,8] all_gather_done(%g.start, %w)
+  %r = f32[4,8] reduce_scatter_done(%r.start, %y)
+  %u = f32[8,8] add(%h, %g)
+  ROOT %out = (f32[8,8], f32[4,8]) tuple(%u, %r)
+}
+)");
+  LatencyHidingStats stats;
+  // The gather holds 256 bytes, the reduce-scatter 128 + 256: both fit a 384-byte limit on
+  // their own channels, not together on one.
+  Schedule s = hidden(*m, 384, &stats);
+  EXPECT_EQ(stats.overlapped, 2);
+  EXPECT_EQ(stats.peak_in_flight_bytes, 640);
 }
 
 TEST(LatencyHiding, LimitZeroKeepsEveryPairSynchronous) {
@@ -244,14 +272,12 @@ TEST(LatencyHiding, RaggedExchangeStartsAfterItsCountsAndOverlapsIndependentComp
   EXPECT_EQ(stats.overlapped, 0);
 }
 
-// A weight gather (256 bytes) whose done comes before the exchange's, with room for only
-// one of them in flight: the exchange is placed first and takes its whole window (the
-// independent exp, the gather and its reader); the gather, which fits nowhere beside it,
-// stays synchronous. Placed in the order of their dones, the gather would have run from
-// the parameters on and the dispatch would have overlapped only the gather's reader: this
-// order trades gather windows for exchange windows (on the reference config it overlaps
-// more pairs of both kinds; docs/sharding.md).
-TEST(LatencyHiding, RaggedExchangeIsPlacedBeforeWeightGathers) {
+// A weight gather (256 bytes) whose done comes before the exchange's, each within the limit
+// alone: they charge separate channels (weights fetched ahead; tokens exchanged), so the
+// exchange takes its whole window (the independent exp, the gather and its reader) and the
+// gather still starts from the parameters on. Exchanges are placed before the other pairs
+// of their channel (reduce-scatters), which would otherwise fill it first.
+TEST(LatencyHiding, RaggedExchangeAndWeightGatherOverlapOnTheirOwnChannels) {
   auto m = parse(R"(module @moe
 
 ENTRY computation @main {
@@ -273,9 +299,9 @@ ENTRY computation @main {
 )");
   LatencyHidingStats stats;
   Schedule s = hidden(*m, 256, &stats);
-  EXPECT_EQ(order(s), "rows sizes d.start a g.start g a2 d e out");
-  EXPECT_EQ(stats.overlapped, 1);
-  EXPECT_EQ(stats.peak_in_flight_bytes, 96);
+  EXPECT_EQ(order(s), "g.start rows sizes d.start a g a2 d e out");
+  EXPECT_EQ(stats.overlapped, 2);
+  EXPECT_EQ(stats.peak_in_flight_bytes, 256 + 96);
 }
 
 TEST(LatencyHiding, NoPairsLeavesTheScheduleAlone) {

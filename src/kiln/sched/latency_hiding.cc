@@ -201,17 +201,23 @@ class ReaderSinker {
 }  // namespace
 
 int64_t default_overlap_limit(const ir::Computation& computation) {
-  std::map<int64_t, int64_t> gathered_per_layer;
+  // Per layer, the forward's gathers and the backward's re-gathers (RegatherPass) apart: a
+  // layer's weights are gathered once for each pass, not twice at once.
+  std::map<std::pair<int64_t, bool>, int64_t> gathered_per_layer;
   int64_t largest = 0;
   for (const auto& instr : computation.instructions()) {
     if (!is_async_start(*instr)) continue;
     largest = std::max(largest, window_bytes(*instr, nullptr));
     int64_t layer = layer_of(instr->meta().name);
-    if (instr->opcode() == Opcode::kAllGatherStart && layer >= 0) gathered_per_layer[layer] += instr->shape().byte_size();
+    if (instr->opcode() == Opcode::kAllGatherStart && layer >= 0) {
+      gathered_per_layer[{layer, instr->meta().name.ends_with(".regather")}] += instr->shape().byte_size();
+    }
   }
+  // Without layer names, two of the largest windows.
+  if (gathered_per_layer.empty()) return 2 * largest;
   int64_t per_layer = 0;
   for (const auto& [layer, bytes] : gathered_per_layer) per_layer = std::max(per_layer, bytes);
-  return 2 * std::max(per_layer, largest);
+  return std::max(per_layer, largest);
 }
 
 LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, const LatencyHidingOptions& options) {
@@ -256,7 +262,11 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
   std::unordered_map<const Instr*, int> gap;
   const int n = static_cast<int>(base.size());
 
-  std::vector<int64_t> charge(n, 0);
+  // Two channels, each under the limit: weight gathers ahead of the compute that reads them,
+  // and everything else (gradient reduce-scatters behind the backward pass, all-reduces,
+  // token exchanges), so a layer's re-gather and the previous layer's reduce-scatters overlap
+  // the same backward compute without one crowding out the other.
+  std::vector<int64_t> gather_charge(n, 0), other_charge(n, 0);
   std::unordered_map<const Instr*, int> moved;  // carried operands -> the gap they run in
   // Token exchanges first: a ragged all-to-all sits on the critical path of its layer (the
   // experts wait for it) and has a few instructions of window at most, while a weight
@@ -303,6 +313,7 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
       earliest = std::max(earliest, base_pos.count(o) ? base_pos.at(o) + 1 : gap.at(o));
     }
     const int64_t bytes = window_bytes(*start, &model);
+    std::vector<int64_t>& charge = start->opcode() == Opcode::kAllGatherStart ? gather_charge : other_charge;
     auto widest = [&](int d) {
       int s = d;
       while (s > earliest && charge[s - 1] + bytes <= stats.limit_bytes) --s;
@@ -327,7 +338,9 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
                                                    "in flight right before its done)",
                                                    bytes, d > 0 ? charge[d - 1] : 0, stats.limit_bytes));
   }
-  for (int64_t c : charge) stats.peak_in_flight_bytes = std::max(stats.peak_in_flight_bytes, c);
+  for (int k = 0; k < n; ++k) {
+    stats.peak_in_flight_bytes = std::max(stats.peak_in_flight_bytes, gather_charge[k] + other_charge[k]);
+  }
 
   // Rebuild: the async instructions of gap k (in their scheduled order, which respects their
   // dependences) run right before base[k].

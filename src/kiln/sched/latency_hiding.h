@@ -9,13 +9,17 @@
 //
 // Memory limit. Moving a start early makes its result buffer live sooner, and moving a done
 // late keeps its operand (for a reduce-scatter, the whole unreduced gradient) alive longer.
-// A pair whose window spans instructions charges (result + operand bytes) at each of them,
-// and the charges at any instruction stay within `limit_bytes`; pairs are placed in the
-// order of their dones, each taking the longest window that fits (a pair that fits nowhere
-// keeps the synchronous placement: start right before done). The default limit is twice
-// the largest layer's all-gathered bytes (layers named "layers.N.", the model's names), so
-// about one to two layers' gathered weights are in flight; without layer names, twice the
-// largest window.
+// A pair whose window spans instructions charges (result + operand bytes) at each of them
+// on one of two channels: all-gathers (weights fetched ahead of their layer) and the rest
+// (gradient reduce-scatters completing behind the backward pass, all-reduces, token
+// exchanges). Each channel's charges at any instruction stay within `limit_bytes`; pairs are
+// placed in the order of their dones, each taking the longest window that fits (a pair that
+// fits nowhere keeps the synchronous placement: start right before done). The default limit
+// is the largest layer's all-gathered bytes in one pass (layers named "layers.N.", the
+// model's names; the forward's gathers and the backward's re-gathers counted apart), so one
+// layer's weights are fetched while the layer before computes, as FSDP prefetches one layer
+// ahead; or the largest window when that is larger (an embedding table's gather); without
+// layer names, twice the largest window.
 //
 // Everything else keeps its order, so the memory scheduler's decisions stand, except that a
 // reduce-scatter's or all-reduce's sole reader that the memory scheduler ran right after the
