@@ -21,7 +21,7 @@ std::string order(const CompileChoices& choices, const BackendPolicy& policy) {
   return p.ok() ? p->to_string() : "";
 }
 
-constexpr const char* kCleanups = "dce, fix(simplify, cse, dce), all_reduce_combiner, fix(simplify, cse, dce), product_result_dtype";
+constexpr const char* kCleanups = "dce, fix(simplify, cse, dce), all_reduce_combiner, fix(simplify, cse, dce), reduce_scatter_reassociate, product_result_dtype";
 
 TEST(CompilePipeline, TheCpuBackendsWholeOrder) {
   EXPECT_EQ(order({}, {}), std::string(kCleanups) +

@@ -103,7 +103,7 @@ TEST(Pipeline, DefaultPipelineReachesAFixedPointAndPreservesResults) {
   options.verify_each = true;
   options.fixed_point_cap_is_error = true;
   Pipeline p = default_pipeline(options);
-  EXPECT_EQ(p.to_string(), "dce, fix(simplify, cse, dce), all_reduce_combiner, fix(simplify, cse, dce), product_result_dtype");
+  EXPECT_EQ(p.to_string(), "dce, fix(simplify, cse, dce), all_reduce_combiner, fix(simplify, cse, dce), reduce_scatter_reassociate, product_result_dtype");
   auto changed = p.run(*module);
   ASSERT_TRUE(changed.ok()) << changed.status().to_string();
   EXPECT_TRUE(*changed);

@@ -11,6 +11,7 @@
 #include "kiln/passes/multi_output_fusion.h"
 #include "kiln/passes/product_result_dtype.h"
 #include "kiln/passes/reduce_scatter_combiner.h"
+#include "kiln/passes/reduce_scatter_reassociate.h"
 #include "kiln/passes/regather.h"
 #include "kiln/passes/remat.h"
 #include "kiln/passes/simplify.h"
@@ -44,6 +45,9 @@ Pipeline default_pipeline(PipelineOptions options) {
   p.add_fixed_point("simplify_combined",
                     make_passes(std::make_unique<SimplifyPass>(), std::make_unique<CsePass>(), std::make_unique<DcePass>()),
                     /*only_after_change=*/true);
+  // On the cleaned partitioned program: the partial gradients of a weight used several times
+  // (the loss's vocab tiles) are summed before they are scattered, once.
+  p.add(std::make_unique<ReduceScatterReassociatePass>());
   p.add_checkpoint(std::string(kCleanedCheckpoint));
   // After simplification (which removes no-op converts first) and before fusion, which would
   // otherwise fuse the widening convert into its readers as a pass of its own.

@@ -13,6 +13,7 @@
 #include "kiln/passes/multi_output_fusion.h"
 #include "kiln/passes/product_result_dtype.h"
 #include "kiln/passes/reduce_scatter_combiner.h"
+#include "kiln/passes/reduce_scatter_reassociate.h"
 #include "kiln/passes/regather.h"
 #include "kiln/passes/remat.h"
 #include "kiln/passes/simplify.h"
@@ -37,6 +38,8 @@ const std::vector<PassInfo>& registered_passes() {
        [] { return std::make_unique<AllGatherCombinerPass>(); }},
       {"reduce_scatter_combiner", "merges independent small reduce-scatters over the same devices ready at one compute step",
        [] { return std::make_unique<ReduceScatterCombinerPass>(); }},
+      {"reduce_scatter_reassociate", "a sum of reduce-scatters of one kind becomes one reduce-scatter of the sum",
+       [] { return std::make_unique<ReduceScatterReassociatePass>(); }},
       {"regather", "gathers sharded weights again in the backward pass instead of keeping the forward's copy",
        [] { return std::make_unique<RegatherPass>(); }},
       {"product_result_dtype", "a bf16 product widened by a convert writes the wide result itself (one rounding less)",
