@@ -101,6 +101,7 @@ struct RunResult {
   double loss = 0, xent = 0, lb = 0, z = 0;
   bool grads_finite = true;
   double grad_norm = 0;
+  std::vector<double> grads;  // every parameter's gradient, flattened in params() order
 };
 
 // Initialises the model, traces loss and gradients, and runs them on a seeded packed batch.
@@ -142,6 +143,7 @@ RunResult run_step(const Model& model) {
     for (double x : (*out)[i].values()) {
       r.grads_finite = r.grads_finite && std::isfinite(x);
       r.grad_norm += x * x;
+      r.grads.push_back(x);
     }
   }
   r.grad_norm = std::sqrt(r.grad_norm);
@@ -194,6 +196,30 @@ TEST(GptOssVariants, TiedEmbeddingsAndInterleavedRope) {
   expect_sane(run_step(*model), "tied");
 }
 
+// The loss over 3 tiles of the sequence (4 tokens each) is the loss over the whole logits:
+// the same values and gradients, summed in another order.
+TEST(GptOssVariants, VocabTilesGiveTheWholeLogitsLossAndGradients) {
+  const std::vector<std::string> base = {"load_balance_loss_weight=0.01", "z_loss_multiplier=0.0001"};
+  std::vector<std::string> whole = base, tiled = base;
+  whole.push_back("num_vocab_tiling=1");
+  tiled.push_back("num_vocab_tiling=3");
+  RunResult a = run_step(*build(load_config(whole)));
+  RunResult b = run_step(*build(load_config(tiled)));
+  expect_sane(b, "tiled");
+  EXPECT_NEAR(b.loss, a.loss, 1e-6 * a.loss);
+  EXPECT_NEAR(b.xent, a.xent, 1e-6 * a.xent);
+  EXPECT_NEAR(b.z, a.z, 1e-6 * a.z);
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, std::abs(a.grads[i] - b.grads[i]));
+  EXPECT_LT(worst, 1e-6 * a.grad_norm);
+  // -1 (the default) chooses: these logits are tiny, so one tile.
+  auto chosen = build(load_config(base));
+  auto* gpt = dynamic_cast<gpt_oss::GptOss*>(chosen.get());
+  ASSERT_NE(gpt, nullptr);
+  EXPECT_EQ(gpt->config().vocab_tiles, 1);
+}
+
 TEST(GptOssConfigErrors, NameTheKey) {
   // Rejected by config::load or by make_model; either way the message names the key.
   auto bad = [](std::vector<std::string> overrides) {
@@ -207,6 +233,9 @@ TEST(GptOssConfigErrors, NameTheKey) {
   EXPECT_NE(bad({"head_dim=15"}).find("head_dim"), std::string::npos);
   EXPECT_NE(bad({"mlp_activations=[swish, linear]"}).find("mlp_activations"), std::string::npos);
   EXPECT_NE(bad({"decoder_block=llama2"}).find("decoder_block"), std::string::npos);
+  const std::string tiles = bad({"num_vocab_tiling=5"});
+  EXPECT_NE(tiles.find("num_vocab_tiling=5"), std::string::npos) << tiles;
+  EXPECT_NE(tiles.find("max_target_length=12"), std::string::npos) << tiles;
 }
 
 }  // namespace

@@ -141,6 +141,59 @@ TEST(Remat, NoneLeavesTheModuleAlone) {
   check_pass(remat, kLayer, kLayer, false);
 }
 
+// A loss tile (the model's num_vocab_tiling): its logits %l and their exp %e, which the
+// backward pass reads, are recomputed whatever the policy, under `none` too; the layer's
+// values are not (`none` keeps them), and the tile's output (its share of the loss, read
+// outside the tile) is saved.
+constexpr const char* kTile = R"(module @m
+
+ENTRY computation @main {
+  %x = f32[4] parameter(), index=0, name="decoder_norm"
+  %w = f32[4] parameter(), index=1, name="logits_dense.kernel"
+  %h = f32[4] tanh(%x), name="layers.0.mlp.hidden"
+  %l = f32[4] mul(%h, %w), name="loss.vocab_tiles.0.logits"
+  %e = f32[4] exp(%l), name="loss.vocab_tiles.0.exp"
+  %s = f32[] reduce_sum(%e), dims={0}, name="loss.vocab_tiles.0.sum"
+  %loss = f32[] neg(%s), name="loss"
+  %one = f32[] constant(1)
+  %ds = f32[4] broadcast(%one), dims={}, name="loss.vocab_tiles.0.sum.grad"
+  %dl = f32[4] mul(%ds, %e), name="loss.vocab_tiles.0.logits.grad"
+  %dh = f32[4] mul(%dl, %h), name="layers.0.mlp.hidden.grad"
+  ROOT %t = (f32[], f32[4]) tuple(%loss, %dh)
+}
+)";
+
+TEST(Remat, LossTilesAreRecomputedWhateverThePolicy) {
+  RematPass remat = make("none");
+  check_pass(remat, kTile, R"(module @m
+
+ENTRY computation @main {
+  %x = f32[4] parameter(), index=0, name="decoder_norm"
+  %w = f32[4] parameter(), index=1, name="logits_dense.kernel"
+  %h = f32[4] tanh(%x), name="layers.0.mlp.hidden"
+  %l = f32[4] mul(%h, %w), name="loss.vocab_tiles.0.logits"
+  %e = f32[4] exp(%l), name="loss.vocab_tiles.0.exp"
+  %s = f32[] reduce_sum(%e), dims={0}, name="loss.vocab_tiles.0.sum"
+  %loss = f32[] neg(%s), name="loss"
+  %one = f32[] constant(1)
+  %ds = f32[4] broadcast(%one), dims={}, name="loss.vocab_tiles.0.sum.grad"
+  %mul.0 = f32[4] mul(%h, %w), name="loss.vocab_tiles.0.logits.remat"
+  %exp.1 = f32[4] exp(%mul.0), name="loss.vocab_tiles.0.exp.remat"
+  %dl = f32[4] mul(%ds, %exp.1), name="loss.vocab_tiles.0.logits.grad"
+  %dh = f32[4] mul(%dl, %h), name="layers.0.mlp.hidden.grad"
+  ROOT %t = (f32[], f32[4]) tuple(%loss, %dh)
+}
+)",
+             true);
+  std::unique_ptr<ir::Module> module = testing::parse_or_die(kTile);
+  ASSERT_NE(module, nullptr);
+  ASSERT_TRUE(remat.run(*module).ok());
+  std::vector<std::string> reasons;
+  for (const RematDecision& d : remat.decisions()) reasons.push_back(d.value + ": " + d.reason);
+  EXPECT_THAT(reasons, ::testing::ElementsAre("%h (layers.0.mlp.hidden): saved: remat_policy=none",
+                                              "%e (loss.vocab_tiles.0.exp): recompute: a loss tile's value (num_vocab_tiling)"));
+}
+
 TEST(Remat, SavedNamesLayerOutputsAndValuesOutsideLayersAreNeverRecomputed) {
   // The backward pass reads the query projection (saved by save_qkv_proj), the layer's
   // output %y (read by the next layer: the residual stream is always saved) and %e, which

@@ -20,16 +20,20 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// "layers.12" for "layers.12.mlp.hidden" or "layers.12"; "" otherwise. A scope before it
-// stays part of the layer: "micro_batch_1.layers.12" (gradient accumulation) is a layer of
-// its own, apart from micro-batch 0's.
+constexpr std::string_view kLayers = "layers.";
+constexpr std::string_view kVocabTiles = "vocab_tiles.";
+
+// "layers.12" for "layers.12.mlp.hidden" or "layers.12"; "loss.vocab_tiles.3" for
+// "loss.vocab_tiles.3.logits"; "" otherwise. A scope before it stays part of the unit:
+// "micro_batch_1.layers.12" (gradient accumulation) is a layer of its own, apart from
+// micro-batch 0's.
 std::string_view layer_prefix(std::string_view name) {
-  constexpr std::string_view kLayers = "layers.";
   for (size_t at = 0; at < name.size();) {
-    if (name.substr(at).starts_with(kLayers)) {
-      size_t end = at + kLayers.size();
+    for (std::string_view unit : {kLayers, kVocabTiles}) {
+      if (!name.substr(at).starts_with(unit)) continue;
+      size_t end = at + unit.size();
       while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-      if (end > at + kLayers.size() && (end == name.size() || name[end] == '.')) return name.substr(0, end);
+      if (end > at + unit.size() && (end == name.size() || name[end] == '.')) return name.substr(0, end);
     }
     const size_t dot = name.find('.', at);
     if (dot == std::string_view::npos) break;
@@ -72,10 +76,18 @@ Result<RematPolicy> RematPolicy::from_name(std::string_view name) {
                           fmt::join(supported_names(), ", "));
 }
 
+// A loss tile's unit (the model's num_vocab_tiling): recomputed whatever the policy.
+bool is_vocab_tile(std::string_view unit) {
+  const size_t at = unit.rfind(kVocabTiles);
+  return at != std::string_view::npos && (at == 0 || unit[at - 1] == '.');
+}
+
 Result<bool> RematPass::run(ir::Module& module) {
   decisions_.clear();
-  if (!policy_.enabled) return false;
   ir::Computation& comp = *module.entry();
+  bool tiles = false;
+  for (const auto& i : comp.instructions()) tiles = tiles || is_vocab_tile(layer_prefix(i->meta().name));
+  if (!policy_.enabled && !tiles) return false;
   std::vector<Instr*> order = comp.post_order();
 
   // Backward code: gradient values and everything computed from them.
@@ -116,13 +128,17 @@ Result<bool> RematPass::run(ir::Module& module) {
   for (Instr* i : order) {
     std::string_view l = layer_of(i);
     if (l.empty()) continue;
+    if (!policy_.enabled && !is_vocab_tile(l)) {
+      saved_reason[i] = "saved: remat_policy=none";
+      continue;
+    }
     for (const Instr* u : i->users()) {
       if (!backward.count(u) && layer_of(u) != l) {
         saved_reason[i] = fmt::format("saved: an output of {} (read by {} outside it)", l, describe(u));
         break;
       }
     }
-    if (saved_reason.count(i)) continue;
+    if (saved_reason.count(i) || is_vocab_tile(l)) continue;
     std::string cp(checkpoint_name(i->meta().name));
     if (policy_.saved_names.count(cp)) {
       saved_reason[i] = fmt::format("saved: checkpoint name '{}' is saved by remat_policy={}", cp, policy_.name);
@@ -164,7 +180,9 @@ Result<bool> RematPass::run(ir::Module& module) {
     }
     if (backward_users.empty()) continue;
     RematDecision d{describe(i), recomputed(i), ""};
-    d.reason = d.recompute ? fmt::format("recompute: not saved by remat_policy={}", policy_.name) : saved_reason.at(i);
+    d.reason = !d.recompute ? saved_reason.at(i)
+               : is_vocab_tile(layer_of(i)) ? std::string("recompute: a loss tile's value (num_vocab_tiling)")
+                                            : fmt::format("recompute: not saved by remat_policy={}", policy_.name);
     if (verbose) KILN_LOG(INFO) << "remat: " << d.value << ": " << d.reason;
     decisions_.push_back(std::move(d));
     if (!recomputed(i)) continue;

@@ -23,6 +23,11 @@
 // clone (recognized by its name) only right before an instruction that needs it
 // (sched/memory_scheduler.h).
 //
+// Loss tiles (the model's num_vocab_tiling): values named "vocab_tiles.N" or under it (the
+// logits of one tile of the sequence, its softmax) are units like layers, recomputed for the
+// backward pass whatever the policy (also under `none`), except the tile's outputs (its
+// share of the loss), so the logits of the whole sequence never exist at once.
+//
 // Policies (MaxText's names and saved checkpoint names):
 //   none                               the pass changes nothing
 //   full                               nothing but the layer inputs

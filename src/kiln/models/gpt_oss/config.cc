@@ -1,4 +1,5 @@
 // GptOssConfig from the resolved config: every architecture number comes from a key.
+#include <algorithm>
 #include <set>
 
 #include "kiln/models/gpt_oss/gpt_oss.h"
@@ -16,6 +17,30 @@ Result<ir::DType> parse_dtype(const config::Config& config, const char* key) {
 
 // A number key, whether its base.yml default is written as an int or a float.
 double number(const config::Config& config, const char* key) { return config.get(key).as_float(); }
+
+// num_vocab_tiling: tiles along the sequence, each a whole number of tokens. -1 picks the
+// fewest tiles (a divisor of the sequence) whose float32 logits per device fit 1 GiB: about
+// 1,300 tokens of a 201,088-entry vocabulary, so a GPT-OSS tile's logits, the softmax made
+// from them and their gradient stay near a GiB each where 16,384 tokens' would be 12 GiB.
+Result<int64_t> resolve_vocab_tiling(const config::Config& config) {
+  const int64_t tiles = config.get_int("num_vocab_tiling");
+  const int64_t length = config.get_int("max_target_length");
+  if (tiles == -1) {
+    constexpr double kTileBytes = 1024.0 * 1024 * 1024;
+    const double tokens = std::max(1.0, number(config, "per_device_batch_size")) * static_cast<double>(length);
+    const double logits_bytes = tokens * static_cast<double>(config.get_int("vocab_size")) * 4.0;
+    for (int64_t t = 1; t <= length; ++t) {
+      if (length % t == 0 && logits_bytes / static_cast<double>(t) <= kTileBytes) return t;
+    }
+    return length;
+  }
+  if (tiles < 1 || length % tiles != 0) {
+    return invalid_argument("num_vocab_tiling={}: the tiles split the sequence, so it must divide max_target_length={} "
+                            "(accepted: a divisor of it, or -1 to choose)",
+                            tiles, length);
+  }
+  return tiles;
+}
 
 }  // namespace
 
@@ -65,6 +90,7 @@ Result<GptOssConfig> GptOssConfig::from(const config::Config& config) {
   c.z_loss_multiplier = number(config, "z_loss_multiplier");
   c.logits_via_embedding = config.get_bool("logits_via_embedding");
   c.cast_logits_to_fp32 = config.get_bool("cast_logits_to_fp32");
+  KILN_ASSIGN_OR_RETURN(c.vocab_tiles, resolve_vocab_tiling(config));
   KILN_ASSIGN_OR_RETURN(c.dtype, parse_dtype(config, "dtype"));
   KILN_ASSIGN_OR_RETURN(c.weight_dtype, parse_dtype(config, "weight_dtype"));
 

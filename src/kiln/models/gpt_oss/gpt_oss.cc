@@ -1,6 +1,8 @@
 // The GPT-OSS decoder and its loss, composed from the layer pieces (see gpt_oss.h).
 #include "kiln/models/gpt_oss/gpt_oss.h"
 
+#include <optional>
+
 #include "kiln/base/check.h"
 #include "kiln/frontend/graph.h"
 #include "kiln/frontend/nn.h"
@@ -72,37 +74,61 @@ GptOss::Forward GptOss::forward(frontend::Graph& g, std::span<const Tensor> para
     }
   }
 
-  x = frontend::nn::rms_norm(x, p.raw("decoder_norm.scale"), c.eps).named("decoder_norm").axes(kActivationAxes);
-  Tensor logits = c.logits_via_embedding
-                      ? frontend::einsum("btd,vd->btv", x, p("token_embedder.embedding"))
-                      : frontend::einsum("btd,dv->btv", x, p("logits_dense.kernel"));  // [B, T, V]
-  if (c.cast_logits_to_fp32) logits = logits.astype(ir::DType::kF32);
-  f.logits = logits.named("logits").axes({"activation_embed_and_logits_batch", "activation_length", "activation_vocab"});
+  f.hidden = frontend::nn::rms_norm(x, p.raw("decoder_norm.scale"), c.eps).named("decoder_norm").axes(kActivationAxes);
+  f.unembedding = c.logits_via_embedding ? p("token_embedder.embedding") : p("logits_dense.kernel");
   return f;
 }
 
+Tensor GptOss::unembed(const Forward& f, const Tensor& hidden) const {
+  Tensor logits = config_.logits_via_embedding ? frontend::einsum("btd,vd->btv", hidden, f.unembedding)
+                                               : frontend::einsum("btd,dv->btv", hidden, f.unembedding);  // [B, t, V]
+  if (config_.cast_logits_to_fp32) logits = logits.astype(ir::DType::kF32);
+  return logits.named("logits").axes({"activation_embed_and_logits_batch", "activation_length", "activation_vocab"});
+}
+
 Tensor GptOss::logits(frontend::Graph& g, std::span<const Tensor> params, const Batch& batch) const {
-  return forward(g, params, batch).logits;
+  Forward f = forward(g, params, batch);
+  return unembed(f, f.hidden);
 }
 
 LossOutputs GptOss::loss(frontend::Graph& g, std::span<const Tensor> params, const Batch& batch) const {
   const GptOssConfig& c = config_;
   Forward f = forward(g, params, batch);
+  // Untiled, the logits are the forward's ("logits", outside the loss's scope).
+  Tensor whole_logits = c.vocab_tiles == 1 ? unembed(f, f.hidden) : Tensor();
   auto scope = g.scope("loss");
   LossOutputs out;
   // Targets whose segment id is 0 are padding: they count for nothing.
   Tensor counted = frontend::not_equal(batch.segmentation, g.full(batch.segmentation.dims(), 0.0, ir::DType::kS32));
   Tensor weights = frontend::where(counted, g.full(batch.segmentation.dims(), 1.0), 0.0);  // [B, T] f32
   out.total_weights = weights.sum().named("total_weights");
-  out.xent_sum = frontend::nn::cross_entropy_sum(f.logits, batch.targets, weights).named("xent_sum");
+  // The cross-entropy (and the z-loss's sum of squared log-partitions) over the sequence's
+  // tiles: each tile's logits live only inside its own scope, which RematPass recomputes
+  // for the backward pass.
+  const int64_t T = f.hidden.dims()[1], tile = T / c.vocab_tiles;
+  Tensor xent_sum, lse_squares;
+  for (int64_t k = 0; k < c.vocab_tiles; ++k) {
+    std::optional<frontend::Graph::Scope> tile_scope;
+    if (c.vocab_tiles > 1) tile_scope.emplace(&g, "vocab_tiles." + std::to_string(k));
+    auto part = [&](const Tensor& t) { return c.vocab_tiles > 1 ? t.slice(1, k * tile, (k + 1) * tile) : t; };
+    Tensor logits = c.vocab_tiles == 1 ? whole_logits : unembed(f, part(f.hidden));  // [B, T / tiles, V]
+    Tensor w = part(weights);
+    Tensor xent = frontend::nn::cross_entropy_sum(logits, part(batch.targets), w);
+    xent_sum = k == 0 ? xent : xent_sum + xent;
+    if (c.z_loss_multiplier != 0.0) {
+      // MaxText's output z-loss: z * logsumexp(logits)^2 per counted token, over total_weights.
+      Tensor lse = frontend::nn::logsumexp(logits.astype(ir::DType::kF32), -1);  // [B, T / tiles]
+      Tensor squares = (frontend::square(lse) * w).sum();
+      lse_squares = k == 0 ? squares : lse_squares + squares;
+    }
+  }
+  out.xent_sum = xent_sum.named("xent_sum");
   // Dividing by at least 1 keeps an all-padding batch finite (its loss is 0).
   Tensor denominator = frontend::maximum(out.total_weights, 1.0);
   Tensor loss = out.xent_sum / denominator;
 
   if (c.z_loss_multiplier != 0.0) {
-    // MaxText's output z-loss: z * logsumexp(logits)^2 per counted token, over total_weights.
-    Tensor lse = frontend::nn::logsumexp(f.logits.astype(ir::DType::kF32), -1);  // [B, T]
-    out.z_loss = ((frontend::square(lse) * weights).sum() * c.z_loss_multiplier / denominator).named("z_loss");
+    out.z_loss = (lse_squares * c.z_loss_multiplier / denominator).named("z_loss");
     loss = loss + out.z_loss;
   } else {
     out.z_loss = g.scalar(0.0).named("z_loss");

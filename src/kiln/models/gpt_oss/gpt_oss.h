@@ -117,6 +117,11 @@ struct GptOssConfig {
   int64_t expert_shards = 1, token_shards = 1;
   double z_loss_multiplier = 0.0;
   bool logits_via_embedding = false, cast_logits_to_fp32 = true;
+  // The loss's logits in this many tiles along the sequence (num_vocab_tiling, -1 resolved):
+  // each tile's [B, T / tiles, V] logits are made, reduced to its loss and, in the backward
+  // pass, made again (RematPass recomputes "vocab_tiles.N" whatever the policy), so the
+  // [B, T, V] matrix never exists.
+  int64_t vocab_tiles = 1;
   ir::DType dtype = ir::DType::kF32;         // activations and matmuls
   ir::DType weight_dtype = ir::DType::kF32;  // parameters
 
@@ -142,11 +147,14 @@ class GptOss final : public Model {
 
  private:
   struct Forward {
-    frontend::Tensor logits;                     // [B, T, V]
+    frontend::Tensor hidden;                     // [B, T, D]: the decoder's output, normalized
+    frontend::Tensor unembedding;                // [D, V] or, tied to the embedding, [V, D]
     std::vector<frontend::Tensor> moe_lb_losses;  // per MoE layer, weighted, f32 []
     std::vector<frontend::Tensor> expert_loads;   // per MoE layer, f32 [3] (MlpOutputs::expert_load)
   };
   Forward forward(frontend::Graph& g, std::span<const frontend::Tensor> params, const Batch& batch) const;
+  // [B, t, D] -> [B, t, V], in float32 when cast_logits_to_fp32.
+  frontend::Tensor unembed(const Forward& f, const frontend::Tensor& hidden) const;
   void build_specs();
 
   GptOssConfig config_;
