@@ -102,18 +102,47 @@ Kernel bf16_dot_kernel(const Instr& instr, const OperandPlan& lhs, const Operand
   };
 }
 
-Kernel dot_kernel(const Instr& instr) {
+// The operands of a dot as the kernels see them: [batch, M, K] x [batch, K, N].
+struct DotPlan {
+  OperandPlan lhs, rhs;
+  int64_t batch = 1;
+};
+
+DotPlan plan_dot(const Instr& instr) {
   const auto& a = instr.attrs();
   const auto& lhs_dims = instr.operand(0)->shape().dims();
   const auto& rhs_dims = instr.operand(1)->shape().dims();
   auto lb = a.get_ints("lhs_batch"), rb = a.get_ints("rhs_batch");
   auto lc = a.get_ints("lhs_contract"), rc = a.get_ints("rhs_contract");
-  auto lf = free_dims(static_cast<int>(lhs_dims.size()), lb, lc);
-  auto rf = free_dims(static_cast<int>(rhs_dims.size()), rb, rc);
-  OperandPlan lhs = plan_operand(lhs_dims, lb, lf, lc);   // [batch, M, K]
-  OperandPlan rhs = plan_operand(rhs_dims, rb, rc, rf);   // [batch, K, N]
-  int64_t batch = 1;
-  for (int64_t d : lb) batch *= lhs_dims[d];
+  DotPlan p;
+  p.lhs = plan_operand(lhs_dims, lb, free_dims(static_cast<int>(lhs_dims.size()), lb, lc), lc);
+  p.rhs = plan_operand(rhs_dims, rb, rc, free_dims(static_cast<int>(rhs_dims.size()), rb, rc));
+  for (int64_t d : lb) p.batch *= lhs_dims[d];
+  return p;
+}
+
+// What dot_kernel allocates besides its planned result. bf16 operands: the matmul primitive
+// reads them as they are, so only a permuting copy (in bf16). Otherwise (f32): an operand
+// widened from bf16, a permuting copy (in f32), and an f32 result narrowed to bf16 after.
+// (oneDNN's own packing buffers are not counted: memory/memory_plan.h.)
+int64_t dot_scratch_bytes(const Instr& instr) {
+  const DotPlan p = plan_dot(instr);
+  const bool bf16_path = instr.operand(0)->shape().dtype() == ir::DType::kBF16;
+  int64_t bytes = 0;
+  for (int k = 0; k < 2; ++k) {
+    const ir::Shape& s = instr.operand(k)->shape();
+    const OperandPlan& plan = k == 0 ? p.lhs : p.rhs;
+    if (!bf16_path && s.dtype() == ir::DType::kBF16) bytes += 4 * s.num_elements();
+    if (plan.needs_copy) bytes += (bf16_path ? 2 : 4) * s.num_elements();
+  }
+  if (!bf16_path && instr.shape().dtype() == ir::DType::kBF16) bytes += 4 * instr.shape().num_elements();
+  return bytes;
+}
+
+Kernel dot_kernel(const Instr& instr) {
+  const DotPlan plan = plan_dot(instr);
+  const OperandPlan lhs = plan.lhs, rhs = plan.rhs;  // [batch, M, K], [batch, K, N]
+  const int64_t batch = plan.batch;
   const int64_t M = lhs.rows, K = lhs.cols, N = rhs.cols;
   if (instr.operand(0)->shape().dtype() == ir::DType::kBF16) return bf16_dot_kernel(instr, lhs, rhs, batch, M, K, N);
   return [=](std::span<const Value* const> in, Value& out) {
@@ -165,7 +194,7 @@ bool gemm_dtypes(const Instr& instr) {
 }  // namespace
 
 std::vector<NativeKernelEntry> gemm_kernels() {
-  return {{ir::Opcode::kDotGeneral, gemm_dtypes, dot_kernel, widened_f32_bytes}};
+  return {{ir::Opcode::kDotGeneral, gemm_dtypes, dot_kernel, dot_scratch_bytes}};
 }
 
 }  // namespace kiln::backend::cpu

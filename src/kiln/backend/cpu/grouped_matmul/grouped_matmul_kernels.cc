@@ -436,13 +436,33 @@ bool accepts(const Instr& instr) {
          f32_or_bf16(instr.operand(1)->shape().dtype());
 }
 
+// What the kernels above allocate besides their planned result. bf16 operands run on the
+// bf16 matmul with no widened copy; only the batched weight gradient with a bf16 result sums
+// into an f32 accumulator of the result's size (and, past an expert block's first entry,
+// per-tile f32 parts: at most a tile per thread). f32 operands: a bf16 operand widened, and
+// an f32 result narrowed to bf16 after.
+int64_t grouped_scratch_bytes(const Instr& instr) {
+  const bool narrow_out = instr.shape().dtype() == ir::DType::kBF16;
+  const int64_t out_wide = narrow_out ? 4 * instr.shape().num_elements() : 0;
+  if (instr.operand(0)->shape().dtype() == ir::DType::kBF16) {
+    if (instr.opcode() != ir::Opcode::kGroupedMatmulWeightGrad || instr.operand(0)->shape().rank() != 3) return 0;
+    return out_wide + static_cast<int64_t>(omp_get_max_threads()) * 4 * kBf16TileCols * kBf16TileCols;
+  }
+  int64_t bytes = out_wide;
+  for (int k = 0; k < 2; ++k) {
+    const ir::Shape& o = instr.operand(k)->shape();
+    if (o.dtype() == ir::DType::kBF16) bytes += 4 * o.num_elements();
+  }
+  return bytes;
+}
+
 }  // namespace
 
 std::vector<NativeKernelEntry> grouped_matmul_kernels() {
-  return {{ir::Opcode::kGroupedMatmul, accepts, gmm_kernel, widened_f32_bytes},
-          {ir::Opcode::kGroupedMatmulWeightGrad, accepts, tgmm_kernel, widened_f32_bytes},
-          {ir::Opcode::kGroupedMatmul, accepts_batched, batched_gmm_kernel, widened_f32_bytes},
-          {ir::Opcode::kGroupedMatmulWeightGrad, accepts_batched, batched_tgmm_kernel, widened_f32_bytes}};
+  return {{ir::Opcode::kGroupedMatmul, accepts, gmm_kernel, grouped_scratch_bytes},
+          {ir::Opcode::kGroupedMatmulWeightGrad, accepts, tgmm_kernel, grouped_scratch_bytes},
+          {ir::Opcode::kGroupedMatmul, accepts_batched, batched_gmm_kernel, grouped_scratch_bytes},
+          {ir::Opcode::kGroupedMatmulWeightGrad, accepts_batched, batched_tgmm_kernel, grouped_scratch_bytes}};
 }
 
 }  // namespace kiln::backend::cpu
