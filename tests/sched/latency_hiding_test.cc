@@ -2,6 +2,8 @@
 // program in, the order its instructions run in out.
 #include "kiln/sched/latency_hiding.h"
 
+#include <regex>
+
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -90,19 +92,27 @@ TEST(LatencyHiding, NextLayersGatherStartsBeforeThisLayersCompute) {
   EXPECT_EQ(stats.peak_in_flight_bytes, 256);
 }
 
-TEST(LatencyHiding, DefaultLimitHoldsOneLayerAndOverlapsTheGradientReduceScatter) {
+TEST(LatencyHiding, DefaultLimitHoldsOneLayersGathersAndOverlapsTheGradientReduceScatter) {
   auto m = parse(kLayers);
   LatencyHidingStats stats;
-  // The default: the larger of a layer's gathered bytes (256) and one window (384), per
-  // channel: one layer's gather ahead of the compute (two would need 512), and the
-  // reduce-scatter on its own channel.
+  // The default: a layer's gathered bytes (256, found on the gathered weight's name) for
+  // the gathers: one layer's gather ahead of the compute (two would need 512); the other
+  // channel fits its largest window too (r2's, 384), one at a time.
   Schedule s = hidden(*m, -1, &stats);
-  EXPECT_EQ(stats.limit_bytes, 384);
+  EXPECT_EQ(stats.limit_bytes, 256);
+  EXPECT_EQ(stats.other_limit_bytes, 384);
   // g1 starts before layer 0's matmul, g2 before layer 1's; r2 is done only after d1 (the
   // earlier layer's backward) ran; r1 has nothing after it.
   EXPECT_EQ(order(s), "g0.start g0 g1.start h0 g1 g2.start h1 g2 h2 d2 r2.start d1 r2 r1.start r1 out");
   EXPECT_EQ(stats.overlapped, 3);
   EXPECT_EQ(stats.peak_in_flight_bytes, 384);
+  // The partitioner's gathers carry no name of their own: the gathered weight's counts.
+  const std::string unnamed = std::regex_replace(
+      kLayers, std::regex(R"((all_gather_start\(%w\d\), dim=0, group_size=2, mesh_axes=fsdp), name="[^"]*")"), "$1");
+  ASSERT_NE(unnamed, kLayers);
+  auto u = parse(unnamed.c_str());
+  hidden(*u, -1, &stats);
+  EXPECT_EQ(stats.limit_bytes, 256);
 }
 
 // A gather and a reduce-scatter in flight at once charge separate channels: each fits the

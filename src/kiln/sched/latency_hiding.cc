@@ -208,7 +208,14 @@ int64_t default_overlap_limit(const ir::Computation& computation) {
   for (const auto& instr : computation.instructions()) {
     if (!is_async_start(*instr)) continue;
     largest = std::max(largest, window_bytes(*instr, nullptr));
+    // The partitioner's gathers carry no name of their own: the weight they gather does
+    // ("bf16_copy.layers.3.mlp.wi_0"), possibly through a cast or a reshape.
     int64_t layer = layer_of(instr->meta().name);
+    for (const Instr* x = instr.get(); layer < 0 && x->num_operands() > 0;) {
+      x = x->operand(0);
+      layer = layer_of(x->meta().name);
+      if (x->opcode() == Opcode::kParameter || x->num_operands() != 1) break;
+    }
     if (instr->opcode() == Opcode::kAllGatherStart && layer >= 0) {
       gathered_per_layer[{layer, instr->meta().name.ends_with(".regather")}] += instr->shape().byte_size();
     }
@@ -217,7 +224,7 @@ int64_t default_overlap_limit(const ir::Computation& computation) {
   if (gathered_per_layer.empty()) return 2 * largest;
   int64_t per_layer = 0;
   for (const auto& [layer, bytes] : gathered_per_layer) per_layer = std::max(per_layer, bytes);
-  return std::max(per_layer, largest);
+  return per_layer;
 }
 
 LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, const LatencyHidingOptions& options) {
@@ -234,6 +241,16 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
   if (stats.pairs == 0) return stats;
   const ir::Computation& comp = *schedule.front()->parent();
   stats.limit_bytes = options.limit_bytes >= 0 ? options.limit_bytes : default_overlap_limit(comp);
+  // The other channel by default also fits its own largest window (a token exchange's
+  // worst-case receive buffer, alive anyway as its result), one at a time.
+  stats.other_limit_bytes = stats.limit_bytes;
+  if (options.limit_bytes < 0) {
+    for (const Instr* i : schedule) {
+      if (is_async_start(*i) && i->opcode() != Opcode::kAllGatherStart) {
+        stats.other_limit_bytes = std::max(stats.other_limit_bytes, window_bytes(*i, &model));
+      }
+    }
+  }
 
   // Parameters and constants first: they cost nothing to "run", and a collective of a
   // weight may then start before anything else (a post-order schedule lists a parameter
@@ -313,10 +330,12 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
       earliest = std::max(earliest, base_pos.count(o) ? base_pos.at(o) + 1 : gap.at(o));
     }
     const int64_t bytes = window_bytes(*start, &model);
-    std::vector<int64_t>& charge = start->opcode() == Opcode::kAllGatherStart ? gather_charge : other_charge;
+    const bool gather = start->opcode() == Opcode::kAllGatherStart;
+    std::vector<int64_t>& charge = gather ? gather_charge : other_charge;
+    const int64_t limit = gather ? stats.limit_bytes : stats.other_limit_bytes;
     auto widest = [&](int d) {
       int s = d;
-      while (s > earliest && charge[s - 1] + bytes <= stats.limit_bytes) --s;
+      while (s > earliest && charge[s - 1] + bytes <= limit) --s;
       return s;
     };
     int d = latest, s = widest(d);
@@ -336,7 +355,7 @@ LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, co
                      : d == earliest ? std::string("not overlapped: its first reader follows its operand")
                                      : fmt::format("not overlapped: {} bytes do not fit under the limit ({} of {} "
                                                    "in flight right before its done)",
-                                                   bytes, d > 0 ? charge[d - 1] : 0, stats.limit_bytes));
+                                                   bytes, d > 0 ? charge[d - 1] : 0, limit));
   }
   for (int k = 0; k < n; ++k) {
     stats.peak_in_flight_bytes = std::max(stats.peak_in_flight_bytes, gather_charge[k] + other_charge[k]);

@@ -16,10 +16,12 @@
 // placed in the order of their dones, each taking the longest window that fits (a pair that
 // fits nowhere keeps the synchronous placement: start right before done). The default limit
 // is the largest layer's all-gathered bytes in one pass (layers named "layers.N.", the
-// model's names; the forward's gathers and the backward's re-gathers counted apart), so one
-// layer's weights are fetched while the layer before computes, as FSDP prefetches one layer
-// ahead; or the largest window when that is larger (an embedding table's gather); without
-// layer names, twice the largest window.
+// model's names, found on the gathered weight; the forward's gathers and the backward's
+// re-gathers counted apart), so one layer's weights are fetched while the layer before
+// computes, as FSDP prefetches one layer ahead, and a larger window (an embedding's gather)
+// stays synchronous; without layer names, twice the largest window. The other channel's
+// default also fits its own largest window, one at a time (a token exchange's worst-case
+// receive buffer, which is alive anyway as its result).
 //
 // Everything else keeps its order, so the memory scheduler's decisions stand, except that a
 // reduce-scatter's or all-reduce's sole reader that the memory scheduler ran right after the
@@ -55,7 +57,8 @@ struct LatencyHidingOptions {
 struct LatencyHidingStats {
   int pairs = 0;        // start/done pairs in the schedule
   int overlapped = 0;   // pairs with at least one instruction between start and done
-  int64_t limit_bytes = 0;
+  int64_t limit_bytes = 0;        // the gathers' channel
+  int64_t other_limit_bytes = 0;  // the other channel's
   int64_t peak_in_flight_bytes = 0;  // the most charged at one instruction
   int sunk_readers = 0;  // readers of a done delayed so the done can move later
   std::string to_string() const;
