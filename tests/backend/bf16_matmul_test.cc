@@ -200,10 +200,21 @@ std::string batched_gmm_module(bool transpose, const std::string& out) {
          "  ROOT %r = (" + out + "[4,300,72], " + out + "[4,40,72]) tuple(%y, %gw)\n}\n";
 }
 
+// One entry per block (P = 2 = E / Gl, as without expert parallelism): the weight gradient's
+// tiles are written straight into the result, with no f32 accumulator.
+std::string one_entry_per_block_module(const std::string& out) {
+  return "module @t\n\nENTRY computation @main {\n"
+         "  %x = bf16[2,300,40] parameter(), index=0\n"
+         "  %dy = bf16[2,300,72] parameter(), index=1\n"
+         "  %s = s32[2,2] constant({270, 20, 0, 299})\n"
+         "  ROOT %gw = " + out + "[4,40,72] grouped_matmul_weight_grad(%x, %dy, %s), num_groups=4\n}\n";
+}
+
 TEST(Bf16Matmul, BatchedGroupedMatmulsEqualInterpreter) {
   for (const char* out : {"bf16", "f32"}) {
     expect_matches_interpreter(batched_gmm_module(false, out), 21);
     expect_matches_interpreter(batched_gmm_module(true, out), 22);
+    expect_matches_interpreter(one_entry_per_block_module(out), 23);
   }
 }
 

@@ -323,10 +323,11 @@ Kernel batched_bf16_gmm_kernel(const Instr& instr) {
   };
 }
 
-// Batched bf16 weight gradient -> [E, K, N] f32 or bf16. The first entry of each expert block
-// writes its tiles' f32 sums straight into an f32 accumulator (the output itself when it is
-// f32); later entries of the same block (P > E / Gl) add theirs from a per-tile f32 scratch;
-// a bf16 result is rounded once at the end.
+// Batched bf16 weight gradient -> [E, K, N] f32 or bf16. With one entry per expert block at
+// most (P <= E / Gl) each tile's product is written straight into the result. Otherwise the
+// first entry of each expert block writes its tiles' f32 sums straight into an f32
+// accumulator (the output itself when it is f32); later entries of the same block add theirs
+// from a per-tile f32 scratch; a bf16 result is rounded once at the end.
 Kernel batched_bf16_tgmm_kernel(const Instr& instr) {
   const ir::Shape& xs = instr.operand(0)->shape();
   const int64_t P = xs.dim(0), M = xs.dim(1), K = xs.dim(2), N = instr.operand(1)->shape().dim(2);
@@ -336,6 +337,23 @@ Kernel batched_bf16_tgmm_kernel(const Instr& instr) {
     const uint16_t* D = (*in[1])[0].as<uint16_t>();
     const int32_t* S = (*in[2])[0].as<int32_t>();
     const bool narrow_out = out[0].shape().dtype() == ir::DType::kBF16;
+    if (P <= B) {
+      // One entry per expert block at most (no expert parallelism, or one entry per shard):
+      // each tile's product is its whole sum, written once in the result's dtype.
+      const size_t elem = narrow_out ? 2 : 4;
+      char* O = static_cast<char*>(out[0].data());
+      std::memset(O, 0, elem * B * Gl * K * N);  // empty groups' gradients are zero
+      for (int64_t p = 0; p < P; ++p) {
+        run_tiles(bf16_tgmm_tiles(entry_gradient_ranges(S, p, Gl, B, M), K, N), [&](const Tile& tile) {
+          Bf16MatmulDesc d;
+          d.m = tile.k1 - tile.k0, d.n = tile.c1 - tile.c0, d.k = tile.r1 - tile.r0;
+          d.trans_a = true, d.lda = K, d.ldb = N, d.ldc = N, d.f32_out = !narrow_out;
+          bf16_matmul(d, X + (p * M + tile.r0) * K + tile.k0, D + (p * M + tile.r0) * N + tile.c0,
+                      O + (tile.g * K * N + tile.k0 * N + tile.c0) * elem);
+        });
+      }
+      return;
+    }
     Buffer o_wide = narrow_out ? Buffer(out[0].shape().with_dtype(ir::DType::kF32)) : out[0];
     float* O = o_wide.as<float>();
     std::memset(O, 0, sizeof(float) * B * Gl * K * N);  // empty groups' gradients are zero
@@ -446,6 +464,8 @@ int64_t grouped_scratch_bytes(const Instr& instr) {
   const int64_t out_wide = narrow_out ? 4 * instr.shape().num_elements() : 0;
   if (instr.operand(0)->shape().dtype() == ir::DType::kBF16) {
     if (instr.opcode() != ir::Opcode::kGroupedMatmulWeightGrad || instr.operand(0)->shape().rank() != 3) return 0;
+    const int64_t P = instr.operand(0)->shape().dim(0), Gl = instr.operand(2)->shape().dim(1);
+    if (P <= instr.shape().dim(0) / Gl) return 0;  // one entry per expert block: written directly
     return out_wide + static_cast<int64_t>(omp_get_max_threads()) * 4 * kBf16TileCols * kBf16TileCols;
   }
   int64_t bytes = out_wide;
