@@ -203,10 +203,12 @@ void print_text(const nlohmann::ordered_json& j) {
   const std::string copies = mem["bf16_weight_copies"].get<int64_t>() > 0
                                  ? " + bf16 weight copies " + gib_text(mem["bf16_weight_copies"])
                                  : std::string();
-  std::printf("  memory per device: %s total = parameters %s + optimizer state %s%s + activations %s + temporaries %s\n",
-              gib_text(mem["total"]).c_str(), gib_text(mem["parameters"]).c_str(), gib_text(mem["optimizer_state"]).c_str(),
-              copies.c_str(), gib_text(mem["activations"]).c_str(), gib_text(mem["temporaries"]).c_str());
   auto plan = j["memory_plan"];
+  std::printf("  memory per device: %s total = parameters %s + optimizer state %s%s + activations %s + temporaries %s "
+              "(of which kernel scratch %s)\n",
+              gib_text(mem["total"]).c_str(), gib_text(mem["parameters"]).c_str(), gib_text(mem["optimizer_state"]).c_str(),
+              copies.c_str(), gib_text(mem["activations"]).c_str(), gib_text(mem["temporaries"]).c_str(),
+              gib_text(plan["kernel_scratch_bytes"]).c_str());
   std::printf("  memory plan: %s schedule, arena %s, outputs %s, kernel scratch %s; %lld fusion outputs in place, "
               "%lld state outputs donated in place\n",
               plan["schedule"].get<std::string>().c_str(), gib_text(plan["arena_bytes"]).c_str(),
