@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kiln/ops/registry.h"
+#include "kiln/passes/recompute_names.h"
 
 namespace kiln::passes {
 
@@ -47,10 +48,7 @@ bool compute_bound(const Instr& i) {
 // Recomputation for the backward pass (RematPass's "*.remat", RegatherPass's "*.regather"),
 // which the memory scheduler runs lazily, right before its first reader: at the depth of the
 // forward values it recomputes, but at a different time.
-bool recomputation(const Instr& i) {
-  const std::string& name = i.meta().name;
-  return name.ends_with(".remat") || name.ends_with(".regather");
-}
+bool recomputation(const Instr& i) { return is_recomputation_name(i.meta().name); }
 
 // The candidate's full value: what arrives for a gather, what is summed for a scatter.
 int64_t full_bytes(const Instr& i) {

@@ -9,6 +9,7 @@
 #include "kiln/base/logging.h"
 #include "kiln/passes/fusion.h"  // is_mapped_read, is_library_result
 #include "kiln/passes/fusion_inputs.h"
+#include "kiln/passes/recompute_names.h"
 
 namespace kiln::passes {
 
@@ -28,8 +29,7 @@ bool is_fusion(const Instr* i) { return i->opcode() == Opcode::kFusion && !i->ca
 bool holds_recomputation(const Instr* fusion) {
   for (const ir::Computation* c : fusion->called()) {
     for (const auto& m : c->instructions()) {
-      const std::string& name = m->meta().name;
-      if (name.ends_with(".remat") || name.ends_with(".regather")) return true;
+      if (is_recomputation_name(m->meta().name)) return true;
     }
   }
   return false;

@@ -8,6 +8,7 @@
 #include "kiln/base/logging.h"
 #include "kiln/base/strings.h"
 #include "kiln/config/remat_policies.h"
+#include "kiln/passes/recompute_names.h"
 
 namespace kiln::passes {
 
@@ -76,17 +77,11 @@ Result<RematPolicy> RematPolicy::from_name(std::string_view name) {
                           fmt::join(supported_names(), ", "));
 }
 
-// A loss tile's unit (the model's num_vocab_tiling): recomputed whatever the policy.
-bool is_vocab_tile(std::string_view unit) {
-  const size_t at = unit.rfind(kVocabTiles);
-  return at != std::string_view::npos && (at == 0 || unit[at - 1] == '.');
-}
-
 Result<bool> RematPass::run(ir::Module& module) {
   decisions_.clear();
   ir::Computation& comp = *module.entry();
   bool tiles = false;
-  for (const auto& i : comp.instructions()) tiles = tiles || is_vocab_tile(layer_prefix(i->meta().name));
+  for (const auto& i : comp.instructions()) tiles = tiles || is_loss_tile_name(layer_prefix(i->meta().name));
   if (!policy_.enabled && !tiles) return false;
   std::vector<Instr*> order = comp.post_order();
 
@@ -128,7 +123,7 @@ Result<bool> RematPass::run(ir::Module& module) {
   for (Instr* i : order) {
     std::string_view l = layer_of(i);
     if (l.empty()) continue;
-    if (!policy_.enabled && !is_vocab_tile(l)) {
+    if (!policy_.enabled && !is_loss_tile_name(l)) {
       saved_reason[i] = "saved: remat_policy=none";
       continue;
     }
@@ -138,7 +133,7 @@ Result<bool> RematPass::run(ir::Module& module) {
         break;
       }
     }
-    if (saved_reason.count(i) || is_vocab_tile(l)) continue;
+    if (saved_reason.count(i) || is_loss_tile_name(l)) continue;
     std::string cp(checkpoint_name(i->meta().name));
     if (policy_.saved_names.count(cp)) {
       saved_reason[i] = fmt::format("saved: checkpoint name '{}' is saved by remat_policy={}", cp, policy_.name);
@@ -181,7 +176,7 @@ Result<bool> RematPass::run(ir::Module& module) {
     if (backward_users.empty()) continue;
     RematDecision d{describe(i), recomputed(i), ""};
     d.reason = !d.recompute ? saved_reason.at(i)
-               : is_vocab_tile(layer_of(i)) ? std::string("recompute: a loss tile's value (num_vocab_tiling)")
+               : is_loss_tile_name(layer_of(i)) ? std::string("recompute: a loss tile's value (num_vocab_tiling)")
                                             : fmt::format("recompute: not saved by remat_policy={}", policy_.name);
     if (verbose) KILN_LOG(INFO) << "remat: " << d.value << ": " << d.reason;
     decisions_.push_back(std::move(d));

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "kiln/base/check.h"
+#include "kiln/passes/recompute_names.h"
 
 namespace kiln::sched {
 
@@ -17,13 +18,6 @@ Schedule program_order(const ir::Computation& computation) {
   return order;
 }
 
-namespace {
-bool has_recomputation_name(const ir::Instr& instr) {
-  const std::string& name = instr.meta().name;
-  return name.ends_with(".remat") || name.ends_with(".regather");
-}
-}  // namespace
-
 bool is_recomputation(const ir::Instr& instr) {
   // A fusion is named after one member (its root's first output), so a fusion that holds a
   // forward value and a recomputed one (a norm's statistic recomputed from the residual sum
@@ -31,7 +25,7 @@ bool is_recomputation(const ir::Instr& instr) {
   // recomputation only when every member is: otherwise the forward would wait for it, and a
   // forward that waits runs after every other ready instruction (gpt-oss-120b: all 108
   // expert-weight gathers, 453 GiB, before its second layer).
-  if (instr.called().empty()) return has_recomputation_name(instr);
+  if (instr.called().empty()) return passes::is_recomputation_name(instr.meta().name);
   bool any = false;
   for (const ir::Computation* c : instr.called()) {
     for (const auto& member : c->instructions()) {
@@ -44,9 +38,7 @@ bool is_recomputation(const ir::Instr& instr) {
 }
 
 bool recomputes_loss_tile(const ir::Instr& instr) {
-  const std::string& name = instr.meta().name;
-  const size_t at = name.find("vocab_tiles.");
-  return at != std::string::npos && (at == 0 || name[at - 1] == '.') && is_recomputation(instr);
+  return passes::is_loss_tile_name(instr.meta().name) && is_recomputation(instr);
 }
 
 std::vector<std::pair<int, int>> donated_buffers(const BufferModel& model,
