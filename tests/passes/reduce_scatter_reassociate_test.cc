@@ -48,6 +48,42 @@ ENTRY computation @main {
 }
 )";
 
+// Three chunks' bf16 partial gradients of one weight, each reduce-scattered in bf16 and
+// widened to the f32 accumulator: summed in f32, rounded once, one bf16 reduce-scatter.
+constexpr const char* kWidened = R"(module @widened
+
+ENTRY computation @main {
+  %g0 = bf16[8,4] parameter(), index=0
+  %g1 = bf16[8,4] parameter(), index=1
+  %g2 = bf16[8,4] parameter(), index=2
+  %r0 = bf16[4,4] reduce_scatter(%g0), dim=0, group_size=2, mesh_axes=fsdp, name="chunks.0.grad"
+  %w0 = f32[4,4] convert(%r0)
+  %r1 = bf16[4,4] reduce_scatter(%g1), dim=0, group_size=2, mesh_axes=fsdp, name="chunks.1.grad"
+  %w1 = f32[4,4] convert(%r1)
+  %r2 = bf16[4,4] reduce_scatter(%g2), dim=0, group_size=2, mesh_axes=fsdp, name="chunks.2.grad"
+  %w2 = f32[4,4] convert(%r2)
+  %s01 = f32[4,4] add(%w0, %w1), name="grad"
+  ROOT %s = f32[4,4] add(%s01, %w2), name="grad"
+}
+)";
+
+constexpr const char* kWidenedAfter = R"(module @widened
+
+ENTRY computation @main {
+  %g0 = bf16[8,4] parameter(), index=0
+  %g1 = bf16[8,4] parameter(), index=1
+  %g2 = bf16[8,4] parameter(), index=2
+  %convert.0 = f32[8,4] convert(%g0), name="grad"
+  %convert.1 = f32[8,4] convert(%g1), name="grad"
+  %add.2 = f32[8,4] add(%convert.0, %convert.1), name="grad"
+  %convert.6 = f32[8,4] convert(%g2), name="grad"
+  %add.7 = f32[8,4] add(%add.2, %convert.6), name="grad"
+  %convert.8 = bf16[8,4] convert(%add.7), name="grad"
+  %reduce_scatter.9 = bf16[4,4] reduce_scatter(%convert.8), dim=0, group_size=2, mesh_axes=fsdp, name="chunks.0.grad"
+  ROOT %convert.10 = f32[4,4] convert(%reduce_scatter.9)
+}
+)";
+
 // Apart: another group (data), a scattered value also read by the root, and a pair behind
 // different rearrangements (a transpose against none).
 constexpr const char* kApart = R"(module @apart
@@ -97,6 +133,32 @@ TEST(ReduceScatterReassociate, ASumOfScatteredTilesIsScatteredOnce) {
     const auto& g = got[d][0].values();
     ASSERT_EQ(w.size(), g.size());
     for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], g[i], 1e-5 * (1.0 + std::abs(w[i]))) << d << " " << i;
+  }
+  auto again = pass.run(*module);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again);
+}
+
+TEST(ReduceScatterReassociate, WidenedPartialsAreSummedWideAndRoundedOnce) {
+  std::unique_ptr<ir::Module> module = testing::parse_or_die(kWidened);
+  ASSERT_NE(module, nullptr);
+  std::unique_ptr<ir::Module> original = module->clone();
+  ReduceScatterReassociatePass pass;
+  auto changed = pass.run(*module);
+  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+  EXPECT_TRUE(*changed);
+  const std::string printed = ir::print_module(*module);
+  EXPECT_EQ(printed, kWidenedAfter);
+  Status s = ops::verify(*module);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  // bf16 sums in another order: within a few bf16 roundings of the separate scatters'.
+  testing::Outputs want = run_on_mesh(*original), got = run_on_mesh(*module);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t d = 0; d < want.size(); ++d) {
+    const auto& w = want[d][0].values();
+    const auto& g = got[d][0].values();
+    ASSERT_EQ(w.size(), g.size());
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], g[i], 2e-2 * (1.0 + std::abs(w[i]))) << d << " " << i;
   }
   auto again = pass.run(*module);
   ASSERT_TRUE(again.ok());

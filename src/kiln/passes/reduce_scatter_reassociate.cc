@@ -1,5 +1,6 @@
 #include "kiln/passes/reduce_scatter_reassociate.h"
 
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,18 +24,48 @@ struct Peeled {
   std::vector<Instr*> chain;  // outermost (x itself) first
 };
 
+// A convert that widens (bf16 -> f32), the one step besides rearrangements a chain may
+// hold: the partials are then summed in the wider type and rounded once before the scatter.
+bool widens(const Instr* x) {
+  return x->opcode() == Opcode::kConvert && x->num_operands() == 1 &&
+         ir::dtype_size(x->shape().dtype()) > ir::dtype_size(x->operand(0)->shape().dtype());
+}
+
 std::optional<Peeled> peel(Instr* x) {
   Peeled p;
+  bool widened = false;
   while (x->users().size() == 1) {
     if (x->opcode() == Opcode::kReduceScatter) {
       p.scatter = x;
       return p;
     }
-    if (!ops::op_def(x->opcode()).rearranges || x->num_operands() != 1) return std::nullopt;
+    const bool widening = widens(x) && !widened;
+    if (!widening && (!ops::op_def(x->opcode()).rearranges || x->num_operands() != 1)) return std::nullopt;
+    widened = widened || widening;
     p.chain.push_back(x);
     x = x->operand(0);
   }
   return std::nullopt;
+}
+
+// The wide type of a chain with a widening convert, or nullopt.
+std::optional<ir::DType> wide_type(const Peeled& p) {
+  for (const Instr* step : p.chain) {
+    if (widens(step)) return step->shape().dtype();
+  }
+  return std::nullopt;
+}
+
+// `v` (an unreduced partial) in the wide type: the value it was rounded from when it is a
+// narrowing convert of a wide value read by nothing else (an earlier merge's sum), so a
+// chain of merges adds in the wide type throughout.
+Instr* in_wide_type(ops::Builder& b, Instr* v, ir::DType wide) {
+  if (v->opcode() == Opcode::kConvert && v->users().size() == 1 && v->operand(0)->shape().dtype() == wide) {
+    return v->operand(0);
+  }
+  Instr* w = b.convert(v, wide);
+  w->mutable_meta().sharding = v->meta().sharding;
+  return w;
 }
 
 bool same_step(const Instr* a, const Instr* b) {
@@ -60,12 +91,24 @@ Result<bool> ReduceScatterReassociatePass::run(ir::Module& module) {
       if (!same_chain) continue;
       // add(a, b) on the unreduced values, scattered once, then the chain again.
       b.set_name(add->meta().name);
-      Instr* sum = b.add(x->scatter->operand(0), y->scatter->operand(0));
-      sum->mutable_meta().sharding = x->scatter->operand(0)->meta().sharding;
+      Instr* a_part = x->scatter->operand(0);
+      Instr* b_part = y->scatter->operand(0);
+      Instr* sum;
+      if (std::optional<ir::DType> wide = wide_type(*x)) {
+        // Summed in the wide type, rounded once to the scatter's type.
+        Instr* a_wide = in_wide_type(b, a_part, *wide);
+        Instr* b_wide = in_wide_type(b, b_part, *wide);
+        Instr* wide_sum = b.add(a_wide, b_wide);
+        wide_sum->mutable_meta().sharding = a_part->meta().sharding;
+        sum = b.convert(wide_sum, a_part->shape().dtype());
+      } else {
+        sum = b.add(a_part, b_part);
+      }
+      sum->mutable_meta().sharding = a_part->meta().sharding;
       Instr* value = b.emit(Opcode::kReduceScatter, {sum}, x->scatter->attrs());
       value->mutable_meta() = x->scatter->meta();
       for (auto it = x->chain.rbegin(); it != x->chain.rend(); ++it) {
-        Instr* step = b.emit((*it)->opcode(), {value}, (*it)->attrs());
+        Instr* step = widens(*it) ? b.convert(value, (*it)->shape().dtype()) : b.emit((*it)->opcode(), {value}, (*it)->attrs());
         step->mutable_meta() = (*it)->meta();
         value = step;
       }
@@ -75,7 +118,7 @@ Result<bool> ReduceScatterReassociatePass::run(ir::Module& module) {
       ++merged;
       changed = true;
       KILN_VLOG(2) << fmt::format("reduce_scatter_reassociate: %{} = %{} + %{} scattered once", value->id(),
-                                  x->scatter->operand(0)->id(), y->scatter->operand(0)->id());
+                                  a_part->id(), b_part->id());
       break;  // the post order is stale now
     }
   }

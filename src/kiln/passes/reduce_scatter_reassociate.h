@@ -5,7 +5,11 @@
 // shape and dtype, and f is the same chain of rearrangements on both sides (transposes,
 // reshapes: ops whose registry entry says `rearranges`, linear maps, so f(x) + f(y) =
 // f(x + y)). Each reduce-scatter and each step of its chain must be read by that add only
-// (otherwise the scattered value is still needed and nothing is saved).
+// (otherwise the scattered value is still needed and nothing is saved). A chain may also
+// widen once (convert bf16 -> f32: partial gradients computed in bf16, accumulated in f32):
+// then the partials are summed in the wide type and rounded once to the scatter's type,
+//     add(cvt_f32(rs(a)), cvt_f32(rs(b)))  ->  cvt_f32(rs(cvt_bf16(cvt_f32(a) + cvt_f32(b)))),
+// and a later merge adds to that wide sum, not to its rounding, so n partials round once.
 //
 // Why: a weight used several times in a step (the unembedding of the loss's vocab tiles, a
 // weight shared by micro-batches) gets one partial gradient per use, and the partitioner
