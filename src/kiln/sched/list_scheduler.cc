@@ -5,10 +5,12 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 
 #include "kiln/base/check.h"
+#include "kiln/passes/recompute_names.h"
 #include "kiln/sched/memory_scheduler.h"
 
 namespace kiln::sched {
@@ -184,6 +186,39 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
       if (lazy[o]) newest_lazy[i] = std::max(newest_lazy[i], o);
     }
   }
+  // The chunk of a layer's expert dispatch each clone recomputes ("layers.3.mlp.chunks.2",
+  // empty for none). Chunks are independent: a chunk's backward needs its own clones and the
+  // layer's shared ones, so a group takes the earlier clones of other chunks only when it
+  // reads them. Otherwise the first chunk's gradient would pull every chunk's recomputation
+  // in (their clones come first in program order) and all chunks' buffers would be live at
+  // once, the peak chunking exists to avoid.
+  std::vector<std::string_view> chunk_of(n);
+  for (int i = 0; i < n; ++i) {
+    if (lazy[i]) chunk_of[i] = passes::chunk_unit(instrs[i]->meta().name);
+  }
+  std::vector<std::string_view> needed_chunks;
+  std::vector<int> chunk_walk;
+  std::vector<bool> chunk_seen(n, false);
+  auto collect_needed_chunks = [&](int i) {
+    needed_chunks.clear();
+    chunk_walk.assign(1, i);
+    std::vector<int> visited;
+    while (!chunk_walk.empty()) {
+      const int x = chunk_walk.back();
+      chunk_walk.pop_back();
+      for (int o : operands[x]) {
+        if (!lazy[o] || done[o] || chunk_seen[o]) continue;
+        chunk_seen[o] = true;
+        visited.push_back(o);
+        if (!chunk_of[o].empty() &&
+            std::find(needed_chunks.begin(), needed_chunks.end(), chunk_of[o]) == needed_chunks.end()) {
+          needed_chunks.push_back(chunk_of[o]);
+        }
+        chunk_walk.push_back(o);
+      }
+    }
+    for (int v : visited) chunk_seen[v] = false;
+  };
   size_t next_lazy = 0;
   std::vector<int> group;
   std::vector<bool> in_group(n, false);
@@ -198,9 +233,14 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   // always can run: its inputs are i's prerequisites).
   auto group_of = [&](int i) -> const std::vector<int>& {
     group.clear();
+    collect_needed_chunks(i);
     for (size_t k = next_lazy; k < lazy_order.size() && lazy_order[k] <= newest_lazy[i]; ++k) {
       const int l = lazy_order[k];
       if (done[l]) continue;
+      if (!chunk_of[l].empty() &&
+          std::find(needed_chunks.begin(), needed_chunks.end(), chunk_of[l]) == needed_chunks.end()) {
+        continue;  // another chunk's
+      }
       bool runnable = std::all_of(operands[l].begin(), operands[l].end(), [&](int o) { return available(o); });
       if (!runnable) continue;
       group.push_back(l);
@@ -292,10 +332,36 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   std::set<std::tuple<int32_t, int64_t, int>> ranked;
   std::vector<int64_t> ranked_score(n, 0);
   std::vector<char> in_ranked(n, 0);
+  // Chunks of a layer's expert dispatch run one at a time: once a chunk's instruction has
+  // run, the best candidate of that chunk goes before a better-scored one of another chunk
+  // (candidates of no chunk are not held back). Scored alone, a chunk's first steps (small
+  // slices and sorts) beat the large steps of the chunk under way, so every chunk would be
+  // started before any finished: gpt-oss-120b's forward held all 16 chunks' grouped-matmul
+  // outputs of a layer (8.6 GiB) where one chunk's are 0.5 GiB.
+  std::vector<int> chunk_id(n, -1);
+  int chunks = 0;
+  {
+    std::unordered_map<std::string_view, int> ids;
+    for (int i = 0; i < n; ++i) {
+      std::string_view c = passes::chunk_unit(instrs[i]->meta().name);
+      if (c.empty()) continue;
+      auto [it, inserted] = ids.try_emplace(c, chunks);
+      if (inserted) ++chunks;
+      chunk_id[i] = it->second;
+    }
+  }
+  std::vector<std::set<std::tuple<int32_t, int64_t, int>>> chunk_ranked(chunks);
+  int open_chunk = -1;
+  auto unrank = [&](int i) {
+    ranked.erase({instrs[i]->meta().stage, -ranked_score[i], i});
+    if (chunk_id[i] >= 0) chunk_ranked[chunk_id[i]].erase({instrs[i]->meta().stage, -ranked_score[i], i});
+    in_ranked[i] = 0;
+  };
   std::vector<int> waiting_for_recomputation;  // ready, but needing recomputation first
   auto rank = [&](int i) {
     ranked_score[i] = score(with_on_demand({i}));
     ranked.insert({instrs[i]->meta().stage, -ranked_score[i], i});
+    if (chunk_id[i] >= 0) chunk_ranked[chunk_id[i]].insert({instrs[i]->meta().stage, -ranked_score[i], i});
     in_ranked[i] = 1;
   };
   auto make_ready = [&](int i) {
@@ -317,14 +383,14 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
       if (--readers_left[b] != 1) continue;
       for (int r : readers_of[b]) {  // the one reader left: its score changed
         if (done[r] || !in_ranked[r]) continue;
-        ranked.erase({instrs[r]->meta().stage, -ranked_score[r], r});
+        unrank(r);
         rank(r);
       }
     }
     if (on_demand[i]) {  // its ranked readers no longer pay for it
       for (int u : users[i]) {
         if (done[u] || !in_ranked[u]) continue;
-        ranked.erase({instrs[u]->meta().stage, -ranked_score[u], u});
+        unrank(u);
         rank(u);
       }
       return;
@@ -350,8 +416,11 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
     if (!ranked.empty() && (waiting_for_recomputation.empty() ||
                             std::get<0>(*ranked.begin()) <= lowest_waiting_stage())) {
       i = std::get<2>(*ranked.begin());
-      ranked.erase(ranked.begin());
-      in_ranked[i] = 0;
+      if (chunk_id[i] >= 0 && open_chunk >= 0 && chunk_id[i] != open_chunk && !chunk_ranked[open_chunk].empty() &&
+          std::get<0>(*chunk_ranked[open_chunk].begin()) <= std::get<0>(*ranked.begin())) {
+        i = std::get<2>(*chunk_ranked[open_chunk].begin());  // finish the chunk under way first
+      }
+      unrank(i);
     } else {
       // The most recently ready one, then by score and program order. (Groups are scored
       // only here: a group can span many layers' clones.)
@@ -367,6 +436,7 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
       }
       waiting_for_recomputation.erase(std::find(waiting_for_recomputation.begin(), waiting_for_recomputation.end(), i));
     }
+    if (chunk_id[i] >= 0) open_chunk = chunk_id[i];
     std::vector<int> to_run = with_on_demand(pending_lazy[i] > 0 ? group_of(i) : std::vector<int>{i});
     for (int g : to_run) run(g);
     while (next_lazy < lazy_order.size() && done[lazy_order[next_lazy]]) ++next_lazy;

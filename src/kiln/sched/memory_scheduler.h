@@ -24,6 +24,11 @@
 //   - a donated output (the training state, written into its argument's storage) waits for
 //     every other reader of that argument, so the donation can happen in place: the step
 //     counter's step + 1 no longer runs before the learning-rate schedule reads the old step.
+//
+// Chunks of a layer's expert dispatch (the model's num_moe_chunks, scope "chunks.K":
+// passes/recompute_names.h's chunk_unit) run one at a time: a recomputation group takes
+// another chunk's clones only when it reads them, and once a chunk's instruction has run,
+// the best candidate of that chunk goes before a better-scored one of another chunk.
 #pragma once
 
 #include <cstdint>
