@@ -236,6 +236,39 @@ TEST(GptOssConfigErrors, NameTheKey) {
   const std::string tiles = bad({"num_vocab_tiling=5"});
   EXPECT_NE(tiles.find("num_vocab_tiling=5"), std::string::npos) << tiles;
   EXPECT_NE(tiles.find("max_target_length=12"), std::string::npos) << tiles;
+  // One device routes its 2 x 12 tokens at once: 5 chunks do not divide them.
+  const std::string chunks = bad({"num_moe_chunks=5"});
+  EXPECT_NE(chunks.find("num_moe_chunks=5"), std::string::npos) << chunks;
+  EXPECT_NE(chunks.find("divide 24"), std::string::npos) << chunks;
+}
+
+// num_moe_chunks=-1 (the default) from the worst-case exchange buffer per device: 8 expert
+// shards x 16,384 tokens x 4 picks rows of 2,880 bf16 values are 3 GiB, so gpt-oss-120b's
+// 16,384 tokens per device go in 16 chunks to fit 256 MiB; without expert parallelism
+// nothing is worst-case (1), nor on one device; a small model needs none.
+TEST(GptOssConfig, MoeChunksChosenFromTheWorstCaseExchange) {
+  auto chunks = [](std::vector<std::string> overrides) {
+    config::LoadOptions options;
+    options.configs_dir = std::string(KILN_SOURCE_DIR) + "/configs";
+    options.overrides = std::move(overrides);
+    Result<config::Config> c = config::load(options);
+    KILN_CHECK_OK(c);
+    Result<std::unique_ptr<Model>> m = make_model(*c);
+    KILN_CHECK_OK(m);
+    return dynamic_cast<gpt_oss::GptOss&>(**m).config().moe_chunks;
+  };
+  const std::vector<std::string> big = {"model_name=gpt-oss-120b", "dtype=bfloat16", "per_device_batch_size=4",
+                                        "max_target_length=4096", "local_devices=64"};
+  auto with = [&](std::vector<std::string> mesh) {
+    std::vector<std::string> o = big;
+    o.insert(o.end(), mesh.begin(), mesh.end());
+    return o;
+  };
+  EXPECT_EQ(chunks(with({"ici_fsdp_parallelism=8", "ici_expert_parallelism=8"})), 16);
+  EXPECT_EQ(chunks(with({"ici_fsdp_parallelism=64"})), 1);
+  EXPECT_EQ(chunks(with({"ici_fsdp_parallelism=8", "ici_expert_parallelism=8", "num_moe_chunks=32"})), 32);
+  EXPECT_EQ(chunks({"model_name=gpt-oss-120b", "dtype=bfloat16", "per_device_batch_size=4", "max_target_length=4096"}), 1);
+  EXPECT_EQ(chunks({"model_name=gpt-oss-tiny", "local_devices=4", "ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}), 1);
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 // interpreter runs of expert 4 and fsdp 2 × expert 2 for 20 steps).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -99,6 +101,80 @@ TEST(ExpertParallelTraining, StepExchangesTokensAndNeverGathersExpertsOverTheExp
   // a ragged_all_to_all_start / _done pair.
   EXPECT_EQ(ragged, 16);
   EXPECT_EQ(expert_gathers, 0);
+}
+
+// Chunked dropless dispatch (num_moe_chunks): each device's 8 tokens in 4 chunks of 2,
+// dispatched, computed and combined one after the other, give the unchunked run's losses
+// (each token's pairs stay in its chunk; only the experts' gradient partial sums are added
+// in another order), with expert parallelism 2 (fsdp 2 x expert 2) and 4, on the compiled
+// executor (its scheduler orders the chunks).
+class ChunkedDispatch : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(ChunkedDispatch, EqualsTheUnchunkedLosses) {
+  std::vector<std::string> whole = GetParam(), chunked = GetParam();
+  whole.push_back("num_moe_chunks=1");
+  chunked.push_back("num_moe_chunks=4");
+  const std::string tag = testing::mesh_name(GetParam());
+  const std::vector<double> want = run_losses(whole, 4, "whole_" + tag, "cpu", 5);
+  const std::vector<double> got = run_losses(chunked, 4, "chunked_" + tag, "cpu", 5);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i;
+  // Training moved the loss: the comparison is not of two untrained constants.
+  EXPECT_LT(want.back(), want.front());
+}
+
+// The buffers hold one chunk: every exchange of the chunked step receives at most
+// expert shards x 2 tokens x 2 picks rows per device, a quarter of the unchunked step's.
+TEST_P(ChunkedDispatch, ExchangeBuffersHoldOneChunk) {
+  const int64_t groups = std::stoll(GetParam().back().substr(GetParam().back().find('=') + 1));
+  auto largest_exchange = [&](const std::string& chunks) {
+    std::vector<std::string> extra = GetParam();
+    extra.push_back("num_moe_chunks=" + chunks);
+    std::filesystem::path dump =
+        ::kiln::testing::temp_path("kiln_chunk_dump_" + testing::mesh_name(GetParam()) + "_" + chunks);
+    compile_report(4, extra, dump);
+    std::ifstream ir(dump / "optimized.ir");
+    EXPECT_TRUE(ir.good()) << "no optimized.ir in " << dump;
+    int64_t rows = 0, exchanges = 0;
+    for (std::string line; std::getline(ir, line);) {
+      const size_t at = line.find(" ragged_all_to_all_start(");
+      if (at == std::string::npos) continue;
+      ++exchanges;
+      // "%ragged_all_to_all_start.7 = f32[1,16,64] ragged_all_to_all_start(...)"
+      const size_t open = line.find('[', line.find(" = "));
+      rows = std::max<int64_t>(rows, std::stoll(line.substr(line.find(',', open) + 1)));
+    }
+    EXPECT_GT(exchanges, 0) << dump / "optimized.ir";
+    return rows;
+  };
+  EXPECT_EQ(largest_exchange("1"), groups * 8 * 2);
+  EXPECT_EQ(largest_exchange("4"), groups * 2 * 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(ExpertParallelism, ChunkedDispatch,
+                         ::testing::Values(std::vector<std::string>{"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"},
+                                           std::vector<std::string>{"ici_fsdp_parallelism=1", "ici_expert_parallelism=4"}));
+
+// grad_reduce_dtype reaches the compiled step: in bf16 compute the gradients' reduce-scatters
+// are bf16 by default (the products' own dtype) and f32 with grad_reduce_dtype=float32.
+TEST(GradReduceDtype, NamesTheDtypeOfTheCompiledStepsGradientReduceScatters) {
+  auto scatter_dtypes = [](const std::string& key) {
+    std::vector<std::string> extra = {"ici_fsdp_parallelism=2", "ici_expert_parallelism=2", "dtype=bfloat16"};
+    if (!key.empty()) extra.push_back("grad_reduce_dtype=" + key);
+    std::filesystem::path dump = ::kiln::testing::temp_path("kiln_grad_reduce_dump_" + key);
+    compile_report(4, extra, dump);
+    std::ifstream ir(dump / "optimized.ir");
+    EXPECT_TRUE(ir.good()) << "no optimized.ir in " << dump;
+    std::set<std::string> dtypes;
+    for (std::string line; std::getline(ir, line);) {
+      if (line.find(" reduce_scatter_start(") == std::string::npos || line.find(".grad\"") == std::string::npos) continue;
+      const size_t eq = line.find(" = ");
+      dtypes.insert(line.substr(eq + 3, line.find('[', eq) - eq - 3));
+    }
+    return dtypes;
+  };
+  EXPECT_EQ(scatter_dtypes(""), std::set<std::string>{"bf16"});
+  EXPECT_EQ(scatter_dtypes("float32"), std::set<std::string>{"f32"});
 }
 
 // Each device routes only its own tokens: on 4 devices every sort and top-k of the

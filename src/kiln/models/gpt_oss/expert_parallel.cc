@@ -17,8 +17,16 @@
 // Partitioned with the batch over (.., expert) (the default rules), every device holds one
 // shard: the exchange runs over the expert axis and each device multiplies only its own
 // experts' weights (spmd/ragged_exchange.h).
+//
+// Dropless, a receive buffer holds the worst case, G × n × k rows per device: 3 GiB of bf16
+// rows for 16,384 tokens of gpt-oss-120b on 8 expert shards, and each layer's forward,
+// recomputation and backward hold several such buffers. num_moe_chunks = C splits each
+// shard's tokens into C chunks of m = n / C that are dispatched, computed and combined one
+// after the other: every buffer holds one chunk's worst case (G × m × k rows), no pair is
+// dropped, and the result is the same (each token's pairs stay in its chunk).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "kiln/base/check.h"
@@ -82,63 +90,40 @@ namespace {
 
 // G = 1 (the batch split, the experts not: fsdp or data parallelism without expert
 // parallelism): every pair stays on its own shard, so there is nothing to exchange. Each
-// shard runs sparse_experts' dispatch on its own tokens: sort its pairs by expert, gather
-// their rows, batched grouped matmuls over all E experts (one block, the weights gathered
-// whole), each pair's output times its weight added back to its token. Partitioned, each
-// device routes only its own tokens, as the one-device step does all of them.
-Tensor shard_local_experts(const GptOssConfig& c, const ParamTable& params, const std::string& prefix, const Tensor& x,
-                           const Tensor& index, const Tensor& weights, const Tensor& keep) {
-  frontend::Graph& g = *x.graph();
-  const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2), e = c.num_experts, k = c.top_k;
-  const int64_t shards = c.token_shards, n = b * t / shards, pairs = n * k;
+// shard runs sparse_experts' dispatch on its own tokens (one chunk of them): sort its
+// pairs by expert, gather their rows, batched grouped matmuls over all E experts (one
+// block, the weights gathered whole), each pair's output times its weight added back to
+// its token. Partitioned, each device routes only its own tokens, as the one-device step
+// does all of them.
+//   xp [P, m, D], expert s32 [P, m*k] (E for a dropped pair), w [P, m*k] -> [P, m, D] sum dtype
+Tensor shard_local_chunk(const GptOssConfig& c, const ParamTable& params, const std::string& prefix, const Tensor& xp,
+                         const Tensor& expert, const Tensor& w) {
+  frontend::Graph& g = *xp.graph();
+  const int64_t shards = xp.dim(0), m = xp.dim(1), d = xp.dim(2), e = c.num_experts, k = c.top_k, pairs = m * k;
   const ir::DType s32 = ir::DType::kS32;
-
-  Tensor xp = x.reshape({shards, n, d});                                           // [P, n, D]
-  Tensor expert = index.reshape({shards, pairs});                                  // s32 [P, n*k]
-  if (keep.valid()) {
-    // Dropped pairs sort last under a pseudo-expert E, outside every group (padding rows).
-    expert = frontend::where(keep.reshape({shards, pairs}) > 0.5, expert, g.full({shards, pairs}, e, s32));
-  }
   Tensor order = frontend::sort(expert).second;                                    // per shard, stable
-  Tensor token = g.iota({shards, n, k}, 1).reshape({shards, pairs}).take(order, 1, 1).named("sorted_token");
+  Tensor token = g.iota({shards, m, k}, 1).reshape({shards, pairs}).take(order, 1, 1).named("sorted_token");
   Tensor group_sizes = frontend::scatter_add(g.zeros({shards, e}, s32), expert, g.full({shards, pairs}, 1.0, s32), 1, 1)
                            .named("group_sizes");                                  // s32 [P, E]
-  Tensor xs = xp.take(token, 1, 1).named("grouped_inputs");                        // [P, n*k, D], grouped by expert
-  Tensor y = grouped_expert_mlp(c, params, prefix, xs, group_sizes);              // [P, n*k, D]
+  Tensor xs = xp.take(token, 1, 1).named("grouped_inputs");                        // [P, m*k, D], grouped by expert
+  Tensor y = grouped_expert_mlp(c, params, prefix, xs, group_sizes);              // [P, m*k, D]
   const ir::DType sum_dtype = c.float32_weight_sum ? ir::DType::kF32 : c.dtype;
-  Tensor w = weights.reshape({shards, pairs}).take(order, 1, 1).astype(sum_dtype);  // [P, n*k]
-  Tensor contributions = y.astype(sum_dtype) * w.expand_dims(-1);                  // [P, n*k, D]
-  Tensor out = frontend::scatter_add(g.zeros({shards, n, d}, sum_dtype), token, contributions, 1, 1);  // [P, n, D]
-  return out.reshape({b, t, d}).astype(c.dtype);
+  Tensor contributions = y.astype(sum_dtype) * w.take(order, 1, 1).astype(sum_dtype).expand_dims(-1);  // [P, m*k, D]
+  return frontend::scatter_add(g.zeros({shards, m, d}, sum_dtype), token, contributions, 1, 1);         // [P, m, D]
 }
 
-}  // namespace
-
-bool use_token_routing(const GptOssConfig& c, const Tensor& x) {
-  const int64_t g = c.expert_shards, p = c.token_shards;
-  return c.is_moe() && p > 1 && g >= 1 && p % g == 0 && c.num_experts % g == 0 && x.dim(0) % p == 0;
-}
-
-Tensor token_routed_experts(const GptOssConfig& c, const ParamTable& params, const std::string& prefix, const Tensor& x,
-                            const Tensor& index, const Tensor& weights, const Tensor& keep) {
-  if (c.expert_shards == 1) return shard_local_experts(c, params, prefix, x, index, weights, keep);
-  frontend::Graph& g = *x.graph();
-  const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2), e = c.num_experts, k = c.top_k;
-  const int64_t shards = c.token_shards, groups = c.expert_shards, local = e / groups;
-  const int64_t n = b * t / shards, pairs = n * k;
-  // Rows per source slot: the worst case, or what the capacity lets through.
-  const int64_t slot = c.capacity_factor > 0 ? std::min(pairs, local * capacity(c, t) * (b / shards)) : pairs;
+// G > 1: one chunk's exchange (the file comment), rows per source slot `slot`.
+//   xp [P, m, D], expert s32 [P, m*k] (E for a dropped pair), w [P, m*k] -> [P, m, D] sum dtype
+Tensor exchanged_chunk(const GptOssConfig& c, const ParamTable& params, const std::string& prefix, const Tensor& xp,
+                       const Tensor& expert, const Tensor& w, int64_t slot) {
+  frontend::Graph& g = *xp.graph();
+  const int64_t shards = xp.dim(0), m = xp.dim(1), d = xp.dim(2), e = c.num_experts, k = c.top_k, pairs = m * k;
+  const int64_t groups = c.expert_shards, local = e / groups;
   const ir::DType s32 = ir::DType::kS32;
 
-  Tensor xp = x.reshape({shards, n, d});                                           // [P, n, D]
-  Tensor expert = index.reshape({shards, pairs});                                  // s32 [P, n*k]
-  if (keep.valid()) {
-    // Dropped pairs sort last under a pseudo-expert E and are sent nowhere.
-    expert = frontend::where(keep.reshape({shards, pairs}) > 0.5, expert, g.full({shards, pairs}, e, s32));
-  }
   auto [sorted_expert, order] = frontend::sort(expert);                            // per shard, stable
-  Tensor token = g.iota({shards, n, k}, 1).reshape({shards, pairs}).take(order, 1, 1);
-  Tensor rows = xp.take(token, 1, 1).named("dispatch_rows");                       // [P, n*k, D]
+  Tensor token = g.iota({shards, m, k}, 1).reshape({shards, pairs}).take(order, 1, 1);
+  Tensor rows = xp.take(token, 1, 1).named("dispatch_rows");                       // [P, m*k, D]
   Tensor counts = frontend::one_hot(expert, e, s32).sum({1});                      // s32 [P, E]
   Tensor sizes = counts.reshape({shards, groups, local}).sum({2}).named("dispatch_sizes");  // s32 [P, G]
   Tensor received = ragged(rows, sizes, groups, pairs, slot, false).named("dispatched");    // [P, G*slot, D]
@@ -162,11 +147,56 @@ Tensor token_routed_experts(const GptOssConfig& c, const ParamTable& params, con
   Tensor y = grouped_expert_mlp(c, params, prefix, xs, group_sizes);              // [P, G*slot, D]
 
   Tensor back = y.take(frontend::sort(by_expert).second, 1, 1);                    // slot order again
-  Tensor returned = ragged(back, sizes, groups, pairs, slot, true).named("returned");  // [P, n*k, D], sorted order
+  Tensor returned = ragged(back, sizes, groups, pairs, slot, true).named("returned");  // [P, m*k, D], sorted order
   Tensor paired = returned.take(frontend::sort(order).second, 1, 1);               // (token, slot) order
   const ir::DType sum_dtype = c.float32_weight_sum ? ir::DType::kF32 : c.dtype;
-  Tensor w = weights.reshape({shards, pairs}).astype(sum_dtype).expand_dims(-1);   // [P, n*k, 1]
-  Tensor out = (paired.astype(sum_dtype) * w).reshape({shards, n, k, d}).sum({2});  // [P, n, D]
+  Tensor weighted = paired.astype(sum_dtype) * w.astype(sum_dtype).expand_dims(-1);  // [P, m*k, D]
+  return weighted.reshape({shards, m, k, d}).sum({2});                             // [P, m, D]
+}
+
+}  // namespace
+
+bool use_token_routing(const GptOssConfig& c, const Tensor& x) {
+  const int64_t g = c.expert_shards, p = c.token_shards;
+  return c.is_moe() && p > 1 && g >= 1 && p % g == 0 && c.num_experts % g == 0 && x.dim(0) % p == 0;
+}
+
+Tensor token_routed_experts(const GptOssConfig& c, const ParamTable& params, const std::string& prefix, const Tensor& x,
+                            const Tensor& index, const Tensor& weights, const Tensor& keep) {
+  frontend::Graph& g = *x.graph();
+  const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2), e = c.num_experts, k = c.top_k;
+  const int64_t shards = c.token_shards, n = b * t / shards, pairs = n * k;
+  const int64_t chunks = c.moe_chunks, m = n / chunks;
+  KILN_CHECK(n % chunks == 0) << "num_moe_chunks=" << chunks << " must divide the " << n << " tokens of a shard";
+  const ir::DType s32 = ir::DType::kS32;
+
+  Tensor xp = x.reshape({shards, n, d});                                           // [P, n, D]
+  Tensor expert = index.reshape({shards, pairs});                                  // s32 [P, n*k]
+  if (keep.valid()) {
+    // Dropped pairs sort last under a pseudo-expert E, outside every group, sent nowhere.
+    expert = frontend::where(keep.reshape({shards, pairs}) > 0.5, expert, g.full({shards, pairs}, e, s32));
+  }
+  Tensor w = weights.reshape({shards, pairs});                                     // [P, n*k]
+  // Rows per source slot of one chunk's exchange: its worst case (every pair to one
+  // shard), or what the capacity lets through.
+  const int64_t local = e / c.expert_shards;
+  const int64_t slot = c.capacity_factor > 0 ? std::min(m * k, local * capacity(c, t) * (b / shards)) : m * k;
+
+  // The tokens in chunks, each dispatched, computed and combined on its own: the buffers
+  // of the exchange and of the grouped matmuls hold one chunk's rows, and no pair is
+  // dropped. Each chunk is a scope of its own ("chunks.K"), so its values carry its name.
+  std::vector<Tensor> outs;
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    std::optional<frontend::Graph::Scope> scope;
+    if (chunks > 1) scope.emplace(&g, "chunks." + std::to_string(ch));
+    auto part = [&](const Tensor& v, int64_t per_token) {
+      return chunks == 1 ? v : v.slice(1, ch * m * per_token, (ch + 1) * m * per_token);
+    };
+    outs.push_back(c.expert_shards == 1
+                       ? shard_local_chunk(c, params, prefix, part(xp, 1), part(expert, k), part(w, k))
+                       : exchanged_chunk(c, params, prefix, part(xp, 1), part(expert, k), part(w, k), slot));
+  }
+  Tensor out = chunks == 1 ? outs[0] : frontend::concatenate(outs, 1);            // [P, n, D]
   return out.reshape({b, t, d}).astype(c.dtype);
 }
 

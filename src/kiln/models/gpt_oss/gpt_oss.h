@@ -115,6 +115,10 @@ struct GptOssConfig {
   // expert_shards > 1 too the shards exchange rows with ragged all-to-alls. The math is
   // the same for every value.
   int64_t expert_shards = 1, token_shards = 1;
+  // Each shard's tokens in this many chunks for the dispatch (num_moe_chunks, -1 resolved
+  // by make_model from the shards): chunk by chunk, the exchange and grouped-matmul buffers
+  // hold one chunk's rows (expert_parallel.cc). 1 on one device.
+  int64_t moe_chunks = 1;
   double z_loss_multiplier = 0.0;
   bool logits_via_embedding = false, cast_logits_to_fp32 = true;
   // The loss's logits in this many tiles along the sequence (num_vocab_tiling, -1 resolved):
