@@ -95,9 +95,9 @@ TEST(LatencyHiding, NextLayersGatherStartsBeforeThisLayersCompute) {
 TEST(LatencyHiding, DefaultLimitHoldsOneLayersGathersAndOverlapsTheGradientReduceScatter) {
   auto m = parse(kLayers);
   LatencyHidingStats stats;
-  // The default: a layer's gathered bytes (256, found on the gathered weight's name) for
-  // the gathers: one layer's gather ahead of the compute (two would need 512); the other
-  // channel fits its largest window too (r2's, 384), one at a time.
+  // The default: the largest window of a layer's weight (256, the layer found on the
+  // gathered weight's name) for the gathers: one weight ahead of the compute (two would
+  // need 512); the other channel fits its largest window too (r2's, 384), one at a time.
   Schedule s = hidden(*m, -1, &stats);
   EXPECT_EQ(stats.limit_bytes, 256);
   EXPECT_EQ(stats.other_limit_bytes, 384);

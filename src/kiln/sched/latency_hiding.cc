@@ -4,6 +4,7 @@
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -201,30 +202,40 @@ class ReaderSinker {
 }  // namespace
 
 int64_t default_overlap_limit(const ir::Computation& computation) {
-  // Per layer, the forward's gathers and the backward's re-gathers (RegatherPass) apart: a
-  // layer's weights are gathered once for each pass, not twice at once.
-  std::map<std::pair<int64_t, bool>, int64_t> gathered_per_layer;
-  int64_t largest = 0;
+  int64_t largest = 0, largest_weight = 0, largest_layer_weight = 0;
   for (const auto& instr : computation.instructions()) {
     if (!is_async_start(*instr)) continue;
-    largest = std::max(largest, window_bytes(*instr, nullptr));
-    // The partitioner's gathers carry no name of their own: the weight they gather does
-    // ("bf16_copy.layers.3.mlp.wi_0"), possibly through a cast or a reshape.
-    int64_t layer = layer_of(instr->meta().name);
-    for (const Instr* x = instr.get(); layer < 0 && x->num_operands() > 0;) {
-      x = x->operand(0);
-      layer = layer_of(x->meta().name);
-      if (x->opcode() == Opcode::kParameter || x->num_operands() != 1) break;
+    const int64_t bytes = window_bytes(*instr, nullptr);
+    largest = std::max(largest, bytes);
+    if (instr->opcode() != Opcode::kAllGatherStart) continue;
+    // A weight's gather: its operand comes from a parameter through single-operand steps (a
+    // cast, a reshape), or a concatenation of such (a combined gather). The partitioner's
+    // gathers carry no name of their own: the weight they gather does
+    // ("bf16_copy.layers.3.mlp.wi_0").
+    bool of_weight = true, in_layer = false;
+    std::vector<const Instr*> work = {instr->operand(0)};
+    while (!work.empty() && of_weight) {
+      const Instr* x = work.back();
+      work.pop_back();
+      in_layer = in_layer || layer_of(x->meta().name) >= 0;
+      if (x->opcode() == Opcode::kParameter) continue;
+      if (x->opcode() == Opcode::kConcatenate) {
+        work.insert(work.end(), x->operands().begin(), x->operands().end());
+      } else if (x->num_operands() == 1) {
+        work.push_back(x->operand(0));
+      } else {
+        of_weight = false;  // an activation (the embedding lookup's rows on some meshes)
+      }
     }
-    if (instr->opcode() == Opcode::kAllGatherStart && layer >= 0) {
-      gathered_per_layer[{layer, instr->meta().name.ends_with(".regather")}] += instr->shape().byte_size();
-    }
+    if (!of_weight) continue;
+    // Its window as the placement charges it: a parameter operand lives anyway.
+    const bool from_argument = instr->operand(0)->opcode() == Opcode::kParameter;
+    const int64_t charged = from_argument ? instr->shape().byte_size() : bytes;
+    largest_weight = std::max(largest_weight, charged);
+    if (in_layer) largest_layer_weight = std::max(largest_layer_weight, charged);
   }
-  // Without layer names, two of the largest windows.
-  if (gathered_per_layer.empty()) return 2 * largest;
-  int64_t per_layer = 0;
-  for (const auto& [layer, bytes] : gathered_per_layer) per_layer = std::max(per_layer, bytes);
-  return per_layer;
+  if (largest_layer_weight > 0) return largest_layer_weight;
+  return largest_weight > 0 ? largest_weight : 2 * largest;
 }
 
 LatencyHidingStats hide_latency(Schedule& schedule, const BufferModel& model, const LatencyHidingOptions& options) {

@@ -15,11 +15,14 @@
 // exchanges). Each channel's charges at any instruction stay within `limit_bytes`; pairs are
 // placed in the order of their dones, each taking the longest window that fits (a pair that
 // fits nowhere keeps the synchronous placement: start right before done). The default limit
-// is the largest layer's all-gathered bytes in one pass (layers named "layers.N.", the
-// model's names, found on the gathered weight; the forward's gathers and the backward's
-// re-gathers counted apart), so one layer's weights are fetched while the layer before
-// computes, as FSDP prefetches one layer ahead, and a larger window (an embedding's gather)
-// stays synchronous; without layer names, twice the largest window. The other channel's
+// is the window of the largest weight of a layer (layers named "layers.N.", the model's
+// names, found on the gathered weight): one weight is fetched while the weights before it
+// compute, as FSDP prefetches one unit ahead, and a larger window (an embedding's gather)
+// stays synchronous. A whole layer ahead held a layer's weights twice at once at the
+// backward's peak: 6 GiB more for gpt-oss-120b on fsdp 64 (three 2 GiB expert weights).
+// Without layer names, the largest weight's window; without weight gathers (activations
+// gathered by the partitioner may be far larger than any weight), twice the largest window.
+// The other channel's
 // default also fits its own largest window, one at a time (a token exchange's worst-case
 // receive buffer, which is alive anyway as its result).
 //
