@@ -34,6 +34,9 @@ struct CompileOptions {
   // argument's contents are undefined after run().
   std::vector<std::pair<int64_t, int64_t>> donated;
   std::string remat_policy = "none";  // MaxText's remat_policy (passes/remat.h); "none": save everything
+  // grad_reduce_dtype: the gradients' cross-device reductions in this dtype ("float32",
+  // "bfloat16"; "": the dtype the products make them in; passes/grad_reduce_dtype.h).
+  std::string grad_reduce_dtype;
   // Collectives as start/done pairs moved apart by the latency-hiding scheduler, with at most
   // overlap_limit_bytes held by pairs in flight (< 0: sched/latency_hiding.h's default).
   // KILN_ASYNC_COLLECTIVES=0 and KILN_OVERLAP_LIMIT_MB override them.
@@ -44,11 +47,11 @@ struct CompileOptions {
   // one program for every replica, so its collectives' replica groups come from here.
   config::Mesh mesh;
 
-  // What a run's config says (dump_ir, verify_each, remat_policy): the one place these keys
+  // What a run's config says (dump_ir, verify_each, remat_policy, grad_reduce_dtype): the one place these keys
   // are read for compiling. Callers add what is theirs (the step's donations, ...).
   static CompileOptions from_config(const config::Config& config);
   // What of these the compile pipeline needs (passes/compile_pipeline.h).
-  passes::CompileChoices choices() const { return {remat_policy, fuse}; }
+  passes::CompileChoices choices() const { return {remat_policy, fuse, grad_reduce_dtype}; }
 };
 
 // What XLA made of an ahead-of-time compile for hardware that is not here (backend=pjrt

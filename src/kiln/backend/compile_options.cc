@@ -18,6 +18,7 @@ CompileOptions CompileOptions::from_config(const config::Config& config) {
   options.dump_dir = config.get_string("dump_ir");
   options.verify_each = config.get_bool("verify_each");
   options.remat_policy = config.get_string("remat_policy");
+  options.grad_reduce_dtype = config.get_string("grad_reduce_dtype");
   return options;
 }
 

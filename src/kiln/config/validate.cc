@@ -396,6 +396,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& enum_keys()
       {"dtype", {"float32", "bfloat16"}},
       {"weight_dtype", {"float32", "bfloat16"}},
       {"grad_dtype", {"float32", "bfloat16"}},
+      {"grad_reduce_dtype", {"", "float32", "bfloat16"}},
       {"mu_dtype", {"", "float32", "bfloat16"}},
       {"matmul_precision", {"default", "high", "highest"}},
       {"remat_policy", remat_policy_names()},

@@ -8,6 +8,7 @@
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fusion.h"
+#include "kiln/passes/grad_reduce_dtype.h"
 #include "kiln/passes/multi_output_fusion.h"
 #include "kiln/passes/product_result_dtype.h"
 #include "kiln/passes/reduce_scatter_combiner.h"
@@ -58,6 +59,18 @@ Pipeline default_pipeline(PipelineOptions options) {
 Result<Pipeline> compile_pipeline(const CompileChoices& choices, const BackendPolicy& policy,
                                   PipelineOptions options) {
   Pipeline p = default_pipeline(std::move(options));
+  if (!choices.grad_reduce_dtype.empty()) {
+    // On the cleaned program, whose reductions are the ones that run (the reassociated sums
+    // included); then the products write the wide partials themselves.
+    const std::string& name = choices.grad_reduce_dtype;
+    if (name != "float32" && name != "bfloat16") {
+      return invalid_argument("grad_reduce_dtype={} is not a dtype gradients are reduced in (accepted: float32, "
+                              "bfloat16, or empty for the products' own)",
+                              name);
+    }
+    p.add(std::make_unique<GradReduceDtypePass>(name == "float32" ? ir::DType::kF32 : ir::DType::kBF16));
+    p.add(std::make_unique<ProductResultDtypePass>());
+  }
   // After CSE (which would merge the recomputed values back) and before fusion (which fuses
   // the recomputed elementwise chains into the backward kernels).
   KILN_ASSIGN_OR_RETURN(RematPolicy remat, RematPolicy::from_name(choices.remat_policy));

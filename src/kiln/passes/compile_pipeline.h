@@ -28,6 +28,7 @@ struct BackendPolicy {
 struct CompileChoices {
   std::string remat_policy = "none";  // MaxText's remat_policy (remat.h)
   bool fuse = true;                   // false: every elementwise op its own kernel (debugging)
+  std::string grad_reduce_dtype;      // "float32" | "bfloat16" | "" (grad_reduce_dtype.h)
 };
 
 // The checkpoint compile_pipeline passes after the cleanups, when the module's collectives
@@ -38,7 +39,8 @@ inline constexpr std::string_view kCleanedCheckpoint = "cleaned";
 // cleanups every module gets, partitioned or not.
 Pipeline default_pipeline(PipelineOptions options = {});
 
-// The whole ordered pipeline for a backend. Errors: an unknown remat policy.
+// The whole ordered pipeline for a backend. Errors: an unknown remat policy or gradient
+// reduction dtype.
 Result<Pipeline> compile_pipeline(const CompileChoices& choices, const BackendPolicy& policy,
                                   PipelineOptions options = {});
 
