@@ -136,29 +136,24 @@ std::vector<int> escaping_outputs(Instr* producer, const Instr* consumer, const 
   return out;
 }
 
-int merged_operand_count(const Instr* producer, const Instr* consumer) {
-  // A few dozen at most: a sorted vector, not a hash set.
+// The operands the merged fusion would read: the producer's and the consumer's others, each
+// once. A few dozen at most: a sorted vector, not a hash set.
+std::vector<const Instr*> merged_operands(const Instr* producer, const Instr* consumer) {
   std::vector<const Instr*> operands(producer->operands().begin(), producer->operands().end());
   for (const Instr* o : consumer->operands()) {
     if (!reads_from(o, producer)) operands.push_back(o);
   }
   std::sort(operands.begin(), operands.end());
-  return static_cast<int>(std::unique(operands.begin(), operands.end()) - operands.begin());
+  operands.erase(std::unique(operands.begin(), operands.end()), operands.end());
+  return operands;
 }
 
-// Library kernels' results of the consumer's loop size that the merged fusion would read
-// (fusion.h: kMaxLibraryInputs).
-size_t merged_library_inputs(const Instr* producer, const Instr* consumer) {
+// Library kernels' results of the consumer's loop size among `operands` (fusion.h:
+// kMaxLibraryInputs).
+size_t library_inputs(const std::vector<const Instr*>& operands, const Instr* consumer) {
   int64_t elements = 1;
   for (int64_t d : loop_dims(consumer)) elements *= d;
-  std::vector<const Instr*> inputs;
-  for (const Instr* o : producer->operands()) inputs.push_back(o);
-  for (const Instr* o : consumer->operands()) {
-    if (!reads_from(o, producer)) inputs.push_back(o);
-  }
-  std::sort(inputs.begin(), inputs.end());
-  inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
-  return std::count_if(inputs.begin(), inputs.end(), [&](const Instr* o) {
+  return std::count_if(operands.begin(), operands.end(), [&](const Instr* o) {
     return is_library_result(*o) && o->shape().num_elements() == elements;
   });
 }
@@ -238,13 +233,14 @@ bool can_merge(Instr* producer, Instr* consumer, const ir::Computation& comp, Gr
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": " << why;
     return false;
   }
-  if (merged_library_inputs(producer, consumer) > kMaxLibraryInputs) {
+  const std::vector<const Instr*> operands = merged_operands(producer, consumer);
+  if (library_inputs(operands, consumer) > kMaxLibraryInputs) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id()
                  << ": the kernel would read more than " << kMaxLibraryInputs << " matmul results at once";
     return false;
   }
   std::vector<Instr*> others = other_users(producer, consumer, g);
-  if (merged_operand_count(producer, consumer) > kMaxOperands ||
+  if (static_cast<int>(operands.size()) > kMaxOperands ||
       num_outputs(consumer) + static_cast<int>(escaping_outputs(producer, consumer, comp, g).size()) > kMaxOutputs) {
     KILN_VLOG(2) << "multi_output_fusion: %" << producer->id() << " not into %" << consumer->id() << ": too large";
     return false;

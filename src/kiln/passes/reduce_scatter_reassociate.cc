@@ -78,51 +78,48 @@ bool same_step(const Instr* a, const Instr* b) {
 Result<bool> ReduceScatterReassociatePass::run(ir::Module& module) {
   ir::Computation& comp = *module.entry();
   ops::Builder b(&comp);
-  int64_t merged = 0;
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (Instr* add : comp.post_order()) {
-      if (add->opcode() != Opcode::kAdd || add->num_operands() != 2 || add->operand(0) == add->operand(1)) continue;
-      std::optional<Peeled> x = peel(add->operand(0)), y = peel(add->operand(1));
-      if (!x || !y || x->chain.size() != y->chain.size() || !same_step(x->scatter, y->scatter)) continue;
-      bool same_chain = true;
-      for (size_t k = 0; k < x->chain.size() && same_chain; ++k) same_chain = same_step(x->chain[k], y->chain[k]);
-      if (!same_chain) continue;
-      // add(a, b) on the unreduced values, scattered once, then the chain again.
-      b.set_name(add->meta().name);
-      Instr* a_part = x->scatter->operand(0);
-      Instr* b_part = y->scatter->operand(0);
-      Instr* sum;
-      if (std::optional<ir::DType> wide = wide_type(*x)) {
-        // Summed in the wide type, rounded once to the scatter's type.
-        Instr* a_wide = in_wide_type(b, a_part, *wide);
-        Instr* b_wide = in_wide_type(b, b_part, *wide);
-        Instr* wide_sum = b.add(a_wide, b_wide);
-        wide_sum->mutable_meta().sharding = a_part->meta().sharding;
-        sum = b.convert(wide_sum, a_part->shape().dtype());
-      } else {
-        sum = b.add(a_part, b_part);
-      }
-      sum->mutable_meta().sharding = a_part->meta().sharding;
-      Instr* value = b.emit(Opcode::kReduceScatter, {sum}, x->scatter->attrs());
-      value->mutable_meta() = x->scatter->meta();
-      for (auto it = x->chain.rbegin(); it != x->chain.rend(); ++it) {
-        Instr* step = widens(*it) ? b.convert(value, (*it)->shape().dtype()) : b.emit((*it)->opcode(), {value}, (*it)->attrs());
-        step->mutable_meta() = (*it)->meta();
-        value = step;
-      }
-      add->replace_all_uses_with(value);
-      // (The replaced add, its scatters and their chains: a later sweep must not see them.)
-      remove_if_dead(comp, {add});
-      ++merged;
-      changed = true;
-      KILN_VLOG(2) << fmt::format("reduce_scatter_reassociate: %{} = %{} + %{} scattered once", value->id(),
-                                  a_part->id(), b_part->id());
-      break;  // the post order is stale now
+  // One sweep in post order: an add's operands come before it, so a chain of adds meets
+  // each earlier merge's result as its operand (read by it alone). The replaced adds and
+  // what only they read go at the end.
+  std::vector<Instr*> replaced;
+  for (Instr* add : comp.post_order()) {
+    if (add->opcode() != Opcode::kAdd || add->num_operands() != 2 || add->operand(0) == add->operand(1)) continue;
+    std::optional<Peeled> x = peel(add->operand(0)), y = peel(add->operand(1));
+    if (!x || !y || x->chain.size() != y->chain.size() || !same_step(x->scatter, y->scatter)) continue;
+    bool same_chain = true;
+    for (size_t k = 0; k < x->chain.size() && same_chain; ++k) same_chain = same_step(x->chain[k], y->chain[k]);
+    if (!same_chain) continue;
+    // add(a, b) on the unreduced values, scattered once, then the chain again.
+    b.set_name(add->meta().name);
+    Instr* a_part = x->scatter->operand(0);
+    Instr* b_part = y->scatter->operand(0);
+    Instr* sum;
+    if (std::optional<ir::DType> wide = wide_type(*x)) {
+      // Summed in the wide type, rounded once to the scatter's type.
+      Instr* a_wide = in_wide_type(b, a_part, *wide);
+      Instr* b_wide = in_wide_type(b, b_part, *wide);
+      Instr* wide_sum = b.add(a_wide, b_wide);
+      wide_sum->mutable_meta().sharding = a_part->meta().sharding;
+      sum = b.convert(wide_sum, a_part->shape().dtype());
+    } else {
+      sum = b.add(a_part, b_part);
     }
+    sum->mutable_meta().sharding = a_part->meta().sharding;
+    Instr* value = b.emit(Opcode::kReduceScatter, {sum}, x->scatter->attrs());
+    value->mutable_meta() = x->scatter->meta();
+    for (auto it = x->chain.rbegin(); it != x->chain.rend(); ++it) {
+      Instr* step = widens(*it) ? b.convert(value, (*it)->shape().dtype()) : b.emit((*it)->opcode(), {value}, (*it)->attrs());
+      step->mutable_meta() = (*it)->meta();
+      value = step;
+    }
+    add->replace_all_uses_with(value);
+    replaced.push_back(add);
+    KILN_VLOG(2) << fmt::format("reduce_scatter_reassociate: %{} = %{} + %{} scattered once", value->id(),
+                                a_part->id(), b_part->id());
   }
+  const int64_t merged = static_cast<int64_t>(replaced.size());
   if (merged == 0) return false;
+  remove_if_dead(comp, replaced);
   comp.topo_sort();
   KILN_VLOG(1) << fmt::format("reduce_scatter_reassociate: {} reduce-scatters merged away", merged);
   return true;

@@ -18,8 +18,9 @@
 // The sum is the same numbers added in another order (per device first, then across
 // devices), equal up to rounding.
 //
-// Applied to a fixed point, a chain of adds of n reduce-scatters becomes one. Place: on
-// the partitioned program, after its cleanups and before the reduce-scatter combiner.
+// One sweep in post order turns a chain of adds of n reduce-scatters into one (each add meets
+// the previous merge as its operand). Place: on the partitioned program, after its cleanups
+// and before the reduce-scatter combiner.
 #pragma once
 
 #include "kiln/passes/pass.h"
