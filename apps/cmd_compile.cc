@@ -134,7 +134,8 @@ Result<nlohmann::ordered_json> compile_report(const config::Config& cfg, const s
   j["collective_bytes_per_device"] = collective_bytes;  // kind -> bytes one device moves per step
   j["async_collectives"] = {{"pairs", r.async_collectives},
                             {"overlapped", r.overlapped_collectives},
-                            {"limit_bytes", r.overlap_limit_bytes}};
+                            {"limit_bytes", r.overlap_limit_bytes},
+                            {"limit_fraction", r.overlap_limit_fraction}};
   j["kernels_compiled"] = r.kernels_compiled;
   j["compile_seconds"] = r.compile_seconds;
   j["memory_per_device_bytes"] = {{"parameters", param_bytes},
@@ -189,9 +190,12 @@ void print_text(const nlohmann::ordered_json& j) {
     std::printf("  collectives per device per step (mesh %s):%s\n", j["mesh"].get<std::string>().c_str(), list.c_str());
     auto async = j["async_collectives"];
     if (async["pairs"].get<int64_t>() > 0) {
-      std::printf("  async collectives: %lld start/done pairs, %lld overlapped with compute (at most %.1f MiB in flight)\n",
+      const int64_t fraction = async.value("limit_fraction", int64_t{0});
+      const std::string why = fraction > 0 ? fmt::format(": 1/{} of the device's memory, which the plan still fits", fraction)
+                                           : std::string();
+      std::printf("  async collectives: %lld start/done pairs, %lld overlapped with compute (at most %.1f MiB in flight%s)\n",
                   async["pairs"].get<long long>(), async["overlapped"].get<long long>(),
-                  async["limit_bytes"].get<double>() / (1 << 20));
+                  async["limit_bytes"].get<double>() / (1 << 20), why.c_str());
     }
   }
   if (xla) {

@@ -123,6 +123,30 @@ TEST(MemoryStages, AZeroOverlapLimitKeepsEveryCollectiveSynchronous) {
   }
 }
 
+// The device's memory known and the default limit: a device with room lets the overlap use
+// 1/8 of it, and the plan still fits; a device whose fractions are no larger than one weight
+// keeps the default, one weight ahead, as does one whose memory is unknown.
+TEST(MemoryStages, TheOverlapLimitIsAFractionOfTheDevicesMemoryWhereThePlanStillFits) {
+  MemoryStageOptions roomy;
+  roomy.device_memory_bytes = 1 << 20;
+  const Staged big = run(roomy);
+  EXPECT_EQ(big.stages.overlap_limit_fraction, 8);
+  EXPECT_EQ(big.stages.hiding.limit_bytes, (1 << 20) / 8);
+  const BufferAssignment& a = big.stages.assignment;
+  EXPECT_LE(a.argument_bytes + a.constant_bytes + a.arena_bytes + a.output_bytes, int64_t{1} << 20);
+
+  const Staged unknown = run({});
+  EXPECT_EQ(unknown.stages.overlap_limit_fraction, 0);
+  EXPECT_EQ(unknown.stages.hiding.limit_bytes, sched::default_overlap_limit(*unknown.module->entry()));
+
+  // Room for the plan, but 1/8 .. 1/32 of it are no more than one weight: the default.
+  MemoryStageOptions tight;
+  tight.device_memory_bytes = a.argument_bytes + a.constant_bytes + a.arena_bytes + a.output_bytes;
+  const Staged small = run(tight);
+  EXPECT_EQ(small.stages.overlap_limit_fraction, 0);
+  EXPECT_EQ(small.stages.hiding.limit_bytes, sched::default_overlap_limit(*small.module->entry()));
+}
+
 TEST(MemoryStages, TheChosenScheduleIsTheLowestPeakOfTheCandidates) {
   const Staged s = run({});
   const sched::ScheduleChoice& c = s.stages.choice;

@@ -42,6 +42,12 @@ struct CompileOptions {
   // KILN_ASYNC_COLLECTIVES=0 and KILN_OVERLAP_LIMIT_MB override them.
   bool async_collectives = true;
   int64_t overlap_limit_bytes = -1;
+  // The memory one device has for the step (0: unknown). With the default limit, a backend
+  // that plans its memory then lets the overlap use up to 1/8 of it where the plan still fits
+  // (memory/memory_stages.h). The sharded trainer sets it from what the process may use;
+  // `kiln compile` and `kiln plan` leave it unknown, so their plans do not depend on the
+  // machine that makes them.
+  int64_t device_memory_bytes = 0;
   // The mesh the per-device program was partitioned for (default: one device). The CPU
   // backend learns each device's place at run time from the runtime; a PJRT backend compiles
   // one program for every replica, so its collectives' replica groups come from here.
@@ -110,6 +116,7 @@ struct CompileReport {
   int64_t async_collectives = 0;   // start/done pairs, and how many have compute between them
   int64_t overlapped_collectives = 0;
   int64_t overlap_limit_bytes = 0;  // the latency-hiding scheduler's limit on bytes in flight
+  int overlap_limit_fraction = 0;   // 8: the limit is 1/8 of the device's memory; 0: the default or set
   std::map<std::string, int64_t> async_by_kind;  // "all_gather_start" -> pairs of that kind
   std::map<std::string, int64_t> async_bytes_by_kind;  // bytes per step: gathered, or summed
   // Arena bytes the forward pass writes and the backward pass reads (the backward pass

@@ -8,7 +8,11 @@
 //                    place)
 //   2. hide latency  sched::hide_latency: each async collective's start earlier and its done
 //                    later, within the overlap limit (before assignment, which sees the
-//                    longer lifetimes the overlap costs)
+//                    longer lifetimes the overlap costs). With the device's memory known and
+//                    the default limit (one weight ahead), the plan also tries limits of
+//                    1/8, 1/16 and 1/32 of that memory, larger first, and keeps the first
+//                    whose whole plan (arguments, arena, outputs) still fits it: spare memory
+//                    buys overlap, a device that is nearly full gets one weight ahead.
 //   3. assign        memory::assign_buffers: an arena offset, a donated argument or storage
 //                    of its own for every value, in the final order
 #pragma once
@@ -32,6 +36,8 @@ struct MemoryStageOptions {
   // Bytes async collectives may hold in flight: < 0 the default (sched/latency_hiding.h),
   // 0 keeps every pair synchronous.
   int64_t overlap_limit_bytes = -1;
+  // The memory one device has for this program (0: unknown): see stage 2.
+  int64_t device_memory_bytes = 0;
 };
 
 struct MemoryStages {
@@ -40,6 +46,9 @@ struct MemoryStages {
   // empty here: the final order is assignment.schedule).
   sched::ScheduleChoice choice;
   sched::LatencyHidingStats hiding;  // stage 2
+  // The fraction of device_memory_bytes the overlap limit was chosen as (8 for 1/8), or 0
+  // when the limit is the default or the caller's.
+  int overlap_limit_fraction = 0;
   BufferAssignment assignment;       // stage 3, with the final order
 };
 

@@ -92,6 +92,12 @@ MemoryLimit process_memory_limit() {
   return best;
 }
 
+int64_t device_memory_budget(int64_t local_devices) {
+  const MemoryLimit limit = process_memory_limit();
+  if (limit.bytes <= 0 || local_devices < 1) return 0;
+  return static_cast<int64_t>(static_cast<double>(limit.bytes) / kMemoryHeadroom / static_cast<double>(local_devices));
+}
+
 DeviceNeed device_need(const backend::CompileReport& plan, int64_t state_bytes, int64_t threads_per_device) {
   DeviceNeed need;
   need.state_bytes = state_bytes;

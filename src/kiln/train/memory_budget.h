@@ -44,6 +44,11 @@ struct MemoryCheckInput {
 };
 // The check's margin over the plan: planned and measured peaks agree within 10%.
 inline constexpr double kMemoryHeadroom = 1.1;
+
+// The memory one of `local_devices` may plan for: what this process may use
+// (process_memory_limit), split over its local devices, less the headroom the start-up check
+// keeps; 0 when unknown. backend::CompileOptions::device_memory_bytes.
+int64_t device_memory_budget(int64_t local_devices);
 // failed_precondition with the one line when the need, with the headroom, exceeds `limit`
 // (a limit of -1 passes).
 Status check_memory(const MemoryCheckInput& in, const MemoryLimit& limit);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "kiln/runtime/world.h"
+#include "kiln/train/memory_budget.h"
 #include "kiln/train/step/sharded_step_runner.h"
 #include "kiln/train/trainer.h"
 
@@ -18,6 +19,7 @@ Status Trainer::make_sharded_runner(const config::Config& config, double* compil
   ShardedRunnerOptions options;
   KILN_ASSIGN_OR_RETURN(options.backend, backend::backend_for(config));
   options.compile = backend::CompileOptions::from_config(config);
+  options.compile.device_memory_bytes = device_memory_budget(config.derived().local_devices);
   backend::CompileReport report;
   KILN_ASSIGN_OR_RETURN(runner_, train::make_sharded_runner(config, program_, model_->params(), std::move(world),
                                                             options, &report));

@@ -32,6 +32,7 @@ Status MemoryPlan::build(const ir::Computation& computation, const CompileOption
   memory::MemoryStageOptions mopts;
   mopts.donated = options.donated;
   mopts.overlap_limit_bytes = overlap_limit_bytes(options);
+  mopts.device_memory_bytes = options.device_memory_bytes;
   KILN_ASSIGN_OR_RETURN(memory::MemoryStages stages, memory::run_memory_stages(computation, mopts));
   model_ = std::move(stages.model);
   assignment_ = std::move(stages.assignment);
@@ -39,6 +40,7 @@ Status MemoryPlan::build(const ir::Computation& computation, const CompileOption
   report.async_collectives = stages.hiding.pairs;
   report.overlapped_collectives = stages.hiding.overlapped;
   report.overlap_limit_bytes = stages.hiding.limit_bytes;
+  report.overlap_limit_fraction = stages.overlap_limit_fraction;
   report.schedule = stages.choice.name;
   const memory::BufferAssignment& a = assignment_;
   report.argument_bytes = a.argument_bytes;
