@@ -5,8 +5,6 @@
 // the f32 reductions give the bf16 ones' values up to their rounding.
 #include "kiln/passes/grad_reduce_dtype.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
 
 #include "kiln/ops/registry.h"
@@ -73,50 +71,17 @@ ENTRY computation @main {
 }
 )";
 
-testing::Outputs run_on_mesh(const ir::Module& module) {
-  return testing::run_on_mesh(config::Mesh({"data", "fsdp"}, {2, 2}), module, testing::MeshRun{});
-}
-
-void expect_rewrite(const char* before, const char* after, ir::DType dtype, double tolerance) {
-  std::unique_ptr<ir::Module> module = testing::parse_or_die(before);
-  ASSERT_NE(module, nullptr);
-  std::unique_ptr<ir::Module> original = module->clone();
-  GradReduceDtypePass pass(dtype);
-  auto changed = pass.run(*module);
-  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
-  EXPECT_TRUE(*changed);
-  const std::string printed = ir::print_module(*module);
-  EXPECT_EQ(printed, after);
-  Status s = ops::verify(*module);
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  std::unique_ptr<ir::Module> reparsed = testing::parse_or_die(printed);
-  ASSERT_NE(reparsed, nullptr);
-  EXPECT_EQ(ir::print_module(*reparsed), printed);
-  testing::Outputs want = run_on_mesh(*original), got = run_on_mesh(*module);
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t d = 0; d < want.size(); ++d) {
-    ASSERT_EQ(want[d].size(), got[d].size());
-    for (size_t o = 0; o < want[d].size(); ++o) {
-      const auto& w = want[d][o].values();
-      const auto& g = got[d][o].values();
-      ASSERT_EQ(w.size(), g.size());
-      for (size_t i = 0; i < w.size(); ++i) {
-        EXPECT_NEAR(w[i], g[i], tolerance * (1.0 + std::abs(w[i]))) << d << " " << o << " " << i;
-      }
-    }
-  }
-  auto again = pass.run(*module);
-  ASSERT_TRUE(again.ok());
-  EXPECT_FALSE(*again);
-}
+const config::Mesh kMesh({"data", "fsdp"}, {2, 2});
 
 TEST(GradReduceDtype, Float32ReducesTheWidenedPartials) {
   // bf16 sums of two devices' partials against f32 ones: within a bf16 rounding or two.
-  expect_rewrite(kMixed, kMixedF32, ir::DType::kF32, 2e-2);
+  GradReduceDtypePass pass(ir::DType::kF32);
+  testing::check_pass_on_mesh(pass, kMixed, kMixedF32, kMesh, 2e-2);
 }
 
 TEST(GradReduceDtype, Bfloat16NarrowsAnF32GradientsReduction) {
-  expect_rewrite(kWide, kWideBf16, ir::DType::kBF16, 2e-2);
+  GradReduceDtypePass pass(ir::DType::kBF16);
+  testing::check_pass_on_mesh(pass, kWide, kWideBf16, kMesh, 2e-2);
 }
 
 TEST(GradReduceDtype, LeavesReductionsAlreadyInTheDtypeAlone) {

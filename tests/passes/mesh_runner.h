@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,43 @@ inline void expect_identical(const Outputs& want, const Outputs& got, const std:
                                            << got[d][i].to_string();
     }
   }
+}
+
+// check_pass's contract for a pass whose rewrite sums in another order or dtype: `pass`
+// changes `input` into `expected` (printed), which verifies and reads back as printed, runs
+// again without a change, and gives every device of `mesh` the original's outputs within
+// `tolerance` relative (interpreted, each device with its own random inputs).
+inline void check_pass_on_mesh(Pass& pass, std::string_view input, std::string_view expected, const config::Mesh& mesh,
+                               double tolerance) {
+  std::unique_ptr<ir::Module> module = parse_or_die(input);
+  ASSERT_NE(module, nullptr);
+  std::unique_ptr<ir::Module> original = module->clone();
+  auto changed = pass.run(*module);
+  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
+  EXPECT_TRUE(*changed) << pass.name() << " did not change the module";
+  const std::string printed = ir::print_module(*module);
+  EXPECT_EQ(printed, expected);
+  Status s = ops::verify(*module);
+  ASSERT_TRUE(s.ok()) << s.to_string() << "\n" << printed;
+  std::unique_ptr<ir::Module> reparsed = parse_or_die(printed);
+  ASSERT_NE(reparsed, nullptr);
+  EXPECT_EQ(ir::print_module(*reparsed), printed);
+  const Outputs want = run_on_mesh(mesh, *original, MeshRun{}), got = run_on_mesh(mesh, *module, MeshRun{});
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t d = 0; d < want.size(); ++d) {
+    ASSERT_EQ(want[d].size(), got[d].size());
+    for (size_t o = 0; o < want[d].size(); ++o) {
+      const auto& w = want[d][o].values();
+      const auto& g = got[d][o].values();
+      ASSERT_EQ(w.size(), g.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        EXPECT_NEAR(w[i], g[i], tolerance * (1.0 + std::abs(w[i]))) << "device " << d << " output " << o << " " << i;
+      }
+    }
+  }
+  auto again = pass.run(*module);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_FALSE(*again) << pass.name() << " changed its own output:\n" << ir::print_module(*module);
 }
 
 }  // namespace kiln::passes::testing

@@ -4,8 +4,6 @@
 // elsewhere and one behind different transposes stay. On 2 x 2 virtual devices the results
 // equal the separate reduce-scatters' up to rounding (the same numbers added in another
 // order).
-#include <cmath>
-
 #include <gtest/gtest.h>
 
 #include "kiln/backend/backend.h"
@@ -106,63 +104,18 @@ ENTRY computation @main {
 }
 )";
 
-testing::Outputs run_on_mesh(const ir::Module& module) {
-  return testing::run_on_mesh(config::Mesh({"data", "fsdp"}, {2, 2}), module, testing::MeshRun{});
-}
+const config::Mesh kMesh({"data", "fsdp"}, {2, 2});
 
 TEST(ReduceScatterReassociate, ASumOfScatteredTilesIsScatteredOnce) {
-  std::unique_ptr<ir::Module> module = testing::parse_or_die(kTiles);
-  ASSERT_NE(module, nullptr);
-  std::unique_ptr<ir::Module> original = module->clone();
+  // The same numbers added in another order: equal up to rounding on every device.
   ReduceScatterReassociatePass pass;
-  auto changed = pass.run(*module);
-  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
-  EXPECT_TRUE(*changed);
-  const std::string printed = ir::print_module(*module);
-  EXPECT_EQ(printed, kTilesAfter);
-  Status s = ops::verify(*module);
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  std::unique_ptr<ir::Module> reparsed = testing::parse_or_die(printed);
-  ASSERT_NE(reparsed, nullptr);
-  EXPECT_EQ(ir::print_module(*reparsed), printed);
-  // Every device's result equals the separate reduce-scatters' up to rounding.
-  testing::Outputs want = run_on_mesh(*original), got = run_on_mesh(*module);
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t d = 0; d < want.size(); ++d) {
-    const auto& w = want[d][0].values();
-    const auto& g = got[d][0].values();
-    ASSERT_EQ(w.size(), g.size());
-    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], g[i], 1e-5 * (1.0 + std::abs(w[i]))) << d << " " << i;
-  }
-  auto again = pass.run(*module);
-  ASSERT_TRUE(again.ok());
-  EXPECT_FALSE(*again);
+  testing::check_pass_on_mesh(pass, kTiles, kTilesAfter, kMesh, 1e-5);
 }
 
 TEST(ReduceScatterReassociate, WidenedPartialsAreSummedWideAndRoundedOnce) {
-  std::unique_ptr<ir::Module> module = testing::parse_or_die(kWidened);
-  ASSERT_NE(module, nullptr);
-  std::unique_ptr<ir::Module> original = module->clone();
-  ReduceScatterReassociatePass pass;
-  auto changed = pass.run(*module);
-  ASSERT_TRUE(changed.ok()) << changed.status().to_string();
-  EXPECT_TRUE(*changed);
-  const std::string printed = ir::print_module(*module);
-  EXPECT_EQ(printed, kWidenedAfter);
-  Status s = ops::verify(*module);
-  ASSERT_TRUE(s.ok()) << s.to_string();
   // bf16 sums in another order: within a few bf16 roundings of the separate scatters'.
-  testing::Outputs want = run_on_mesh(*original), got = run_on_mesh(*module);
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t d = 0; d < want.size(); ++d) {
-    const auto& w = want[d][0].values();
-    const auto& g = got[d][0].values();
-    ASSERT_EQ(w.size(), g.size());
-    for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], g[i], 2e-2 * (1.0 + std::abs(w[i]))) << d << " " << i;
-  }
-  auto again = pass.run(*module);
-  ASSERT_TRUE(again.ok());
-  EXPECT_FALSE(*again);
+  ReduceScatterReassociatePass pass;
+  testing::check_pass_on_mesh(pass, kWidened, kWidenedAfter, kMesh, 2e-2);
 }
 
 TEST(ReduceScatterReassociate, LeavesOtherGroupsSharedValuesAndOtherRearrangementsAlone) {
