@@ -44,7 +44,8 @@ struct CompileOptions {
   int64_t overlap_limit_bytes = -1;
   // The memory one device has for the step (0: unknown). With the default limit, a backend
   // that plans its memory then lets the overlap use up to 1/8 of it where the plan still fits
-  // (memory/memory_stages.h). The sharded trainer sets it from what the process may use;
+  // (memory/memory_stages.h). The sharded trainer sets it from what the process may use
+  // when all the mesh's devices are in one process (every rank must compile the same plan);
   // `kiln compile` and `kiln plan` leave it unknown, so their plans do not depend on the
   // machine that makes them.
   int64_t device_memory_bytes = 0;

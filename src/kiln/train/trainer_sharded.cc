@@ -19,7 +19,13 @@ Status Trainer::make_sharded_runner(const config::Config& config, double* compil
   ShardedRunnerOptions options;
   KILN_ASSIGN_OR_RETURN(options.backend, backend::backend_for(config));
   options.compile = backend::CompileOptions::from_config(config);
-  options.compile.device_memory_bytes = device_memory_budget(config.derived().local_devices);
+  // The overlap limit may grow into spare device memory (memory/memory_stages.h) only when
+  // every device is in this process: each rank of a multi-process run sees its own memory,
+  // and ranks whose limits differed would order their collectives differently (MPI would
+  // pair one rank's gather with another's reduce-scatter). Several processes keep the
+  // default, one weight ahead.
+  const config::Derived& d = config.derived();
+  if (d.num_devices == d.local_devices) options.compile.device_memory_bytes = device_memory_budget(d.local_devices);
   backend::CompileReport report;
   KILN_ASSIGN_OR_RETURN(runner_, train::make_sharded_runner(config, program_, model_->params(), std::move(world),
                                                             options, &report));
