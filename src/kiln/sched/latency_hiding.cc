@@ -1,7 +1,6 @@
 #include "kiln/sched/latency_hiding.h"
 
 #include <algorithm>
-#include <map>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>

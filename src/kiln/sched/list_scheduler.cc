@@ -186,17 +186,25 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
       if (lazy[o]) newest_lazy[i] = std::max(newest_lazy[i], o);
     }
   }
-  // The chunk of a layer's expert dispatch each clone recomputes ("layers.3.mlp.chunks.2",
-  // empty for none). Chunks are independent: a chunk's backward needs its own clones and the
+  // The chunk of a layer's expert dispatch each instruction belongs to, as a number
+  // ("layers.3.mlp.chunks.2"; -1 for none). Chunks are independent: a chunk's backward needs its own clones and the
   // layer's shared ones, so a group takes the earlier clones of other chunks only when it
   // reads them. Otherwise the first chunk's gradient would pull every chunk's recomputation
   // in (their clones come first in program order) and all chunks' buffers would be live at
   // once, the peak chunking exists to avoid.
-  std::vector<std::string_view> chunk_of(n);
-  for (int i = 0; i < n; ++i) {
-    if (lazy[i]) chunk_of[i] = passes::chunk_unit(instrs[i]->meta().name);
+  std::vector<int> chunk_id(n, -1);
+  int chunks = 0;
+  {
+    std::unordered_map<std::string_view, int> ids;
+    for (int i = 0; i < n; ++i) {
+      std::string_view c = passes::chunk_unit(instrs[i]->meta().name);
+      if (c.empty()) continue;
+      auto [it, inserted] = ids.try_emplace(c, chunks);
+      if (inserted) ++chunks;
+      chunk_id[i] = it->second;
+    }
   }
-  std::vector<std::string_view> needed_chunks;
+  std::vector<int> needed_chunks;
   std::vector<int> chunk_walk;
   std::vector<bool> chunk_seen(n, false);
   auto collect_needed_chunks = [&](int i) {
@@ -210,9 +218,9 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
         if (!lazy[o] || done[o] || chunk_seen[o]) continue;
         chunk_seen[o] = true;
         visited.push_back(o);
-        if (!chunk_of[o].empty() &&
-            std::find(needed_chunks.begin(), needed_chunks.end(), chunk_of[o]) == needed_chunks.end()) {
-          needed_chunks.push_back(chunk_of[o]);
+        if (chunk_id[o] >= 0 &&
+            std::find(needed_chunks.begin(), needed_chunks.end(), chunk_id[o]) == needed_chunks.end()) {
+          needed_chunks.push_back(chunk_id[o]);
         }
         chunk_walk.push_back(o);
       }
@@ -237,8 +245,8 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
     for (size_t k = next_lazy; k < lazy_order.size() && lazy_order[k] <= newest_lazy[i]; ++k) {
       const int l = lazy_order[k];
       if (done[l]) continue;
-      if (!chunk_of[l].empty() &&
-          std::find(needed_chunks.begin(), needed_chunks.end(), chunk_of[l]) == needed_chunks.end()) {
+      if (chunk_id[l] >= 0 &&
+          std::find(needed_chunks.begin(), needed_chunks.end(), chunk_id[l]) == needed_chunks.end()) {
         continue;  // another chunk's
       }
       bool runnable = std::all_of(operands[l].begin(), operands[l].end(), [&](int o) { return available(o); });
@@ -338,18 +346,6 @@ Schedule list_schedule(const ir::Computation& computation, const BufferModel& mo
   // slices and sorts) beat the large steps of the chunk under way, so every chunk would be
   // started before any finished: gpt-oss-120b's forward held all 16 chunks' grouped-matmul
   // outputs of a layer (8.6 GiB) where one chunk's are 0.5 GiB.
-  std::vector<int> chunk_id(n, -1);
-  int chunks = 0;
-  {
-    std::unordered_map<std::string_view, int> ids;
-    for (int i = 0; i < n; ++i) {
-      std::string_view c = passes::chunk_unit(instrs[i]->meta().name);
-      if (c.empty()) continue;
-      auto [it, inserted] = ids.try_emplace(c, chunks);
-      if (inserted) ++chunks;
-      chunk_id[i] = it->second;
-    }
-  }
   std::vector<std::set<std::tuple<int32_t, int64_t, int>>> chunk_ranked(chunks);
   int open_chunk = -1;
   auto unrank = [&](int i) {
