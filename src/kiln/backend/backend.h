@@ -209,6 +209,7 @@ Result<std::unique_ptr<ir::Module>> run_compile_pipeline(const ir::Module& sourc
 struct DevicePeaks {
   double f32_tflops = 0;
   double bf16_tflops = 0;   // the f32 peak where the device has no faster bf16 path
+  double memory_gbs = 0;    // memory bandwidth (the memory-bound kernels' roofline); 0: not measured
   std::string device;       // what was measured: "AMD EPYC 9R14 96-Core Processor"
   std::string source;       // short: "measured on 2 threads of AMD EPYC ..."
   std::string description;  // the log's: "0.534 TFLOP/s f32, 1.02 TFLOP/s bf16 (measured in 0.31 s on ...)"

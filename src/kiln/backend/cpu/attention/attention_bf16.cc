@@ -28,6 +28,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "kiln/backend/cpu/cpu_features.h"
 #include "kiln/backend/cpu/kernels/thread_scratch.h"
 #include "kiln/base/check.h"
 
@@ -48,8 +49,7 @@ constexpr int64_t kTileWords = kDh * kBk / 2;  // one packed tile: 2048 words of
 
 bool cpu_has_bf16_dots() {
 #if KILN_BF16_DOTS
-  static const bool yes = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
-  return yes;
+  return cpu_features().avx512_bf16;  // KILN_CPU_ISA=avx2 turns it off (cpu_features.h)
 #else
   return false;
 #endif

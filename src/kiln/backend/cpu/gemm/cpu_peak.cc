@@ -1,7 +1,5 @@
 #include "kiln/backend/cpu/gemm/cpu_peak.h"
 
-#include <immintrin.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,60 +13,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln/backend/cpu/cpu_features.h"
+#include "kiln/backend/cpu/gemm/peak_loops.h"
+
 namespace kiln::backend::cpu {
 
 namespace {
 
-double thread_cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-// GFLOP per CPU-second of one thread running `step` (12 vector ops, flops_per_iter FLOPs).
-template <class V, class Step>
-double loop_rate(V init, Step step, double flops_per_iter, double seconds) {
-  // Named accumulators, not an array: an array lives on the stack and every op would go
-  // through memory. Twelve independent chains fill two FMA pipes of 4-cycle latency.
-  V a0 = init, a1 = init, a2 = init, a3 = init, a4 = init, a5 = init, a6 = init, a7 = init, a8 = init, a9 = init,
-    a10 = init, a11 = init;
-  const V b = init, c = init;
-  double flops = 0;
-  const double t0 = thread_cpu_seconds();
-  double t = t0;
-  while (t - t0 < seconds) {
-    for (int i = 0; i < 100000; ++i) {
-      a0 = step(a0, b, c), a1 = step(a1, b, c), a2 = step(a2, b, c), a3 = step(a3, b, c);
-      a4 = step(a4, b, c), a5 = step(a5, b, c), a6 = step(a6, b, c), a7 = step(a7, b, c);
-      a8 = step(a8, b, c), a9 = step(a9, b, c), a10 = step(a10, b, c), a11 = step(a11, b, c);
-      asm volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
-      asm volatile("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
-    }
-    flops += 1e5 * flops_per_iter;
-    t = thread_cpu_seconds();
-  }
-  return flops / (t - t0) / 1e9;
-}
-
-double fma256(double seconds) {
-  return loop_rate(_mm256_set1_ps(1e-3f), [](__m256 x, __m256 b, __m256 c) { return _mm256_fmadd_ps(x, b, c); },
-                   12 * 8 * 2.0, seconds);
-}
-
-#ifdef __AVX512F__
-double fma512(double seconds) {
-  return loop_rate(_mm512_set1_ps(1e-3f), [](__m512 x, __m512 b, __m512 c) { return _mm512_fmadd_ps(x, b, c); },
-                   12 * 16 * 2.0, seconds);
-}
-#endif
-
-#ifdef __AVX512BF16__
-double dpbf16(double seconds) {
-  const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);
-  return loop_rate(_mm512_set1_ps(0.0f), [ones](__m512 x, __m512, __m512) { return _mm512_dpbf16_ps(x, ones, ones); },
-                   12 * 16 * 4.0, seconds);
-}
-#endif
+using Clock = std::chrono::steady_clock;
 
 // The loop on `threads` threads at once: the sum of the per-thread rates (GFLOP/s).
 double all_threads(double (*loop)(double), int threads, double seconds) {
@@ -79,6 +31,33 @@ double all_threads(double (*loop)(double), int threads, double seconds) {
   double sum = 0;
   for (double r : rates) sum += r;
   return sum;
+}
+
+// A triad (a = b + s c) over arrays far larger than the caches, each of `threads` threads on
+// its own slice; the best of 4 passes, in wall time (the bandwidth is shared, so CPU time
+// would not measure it). STREAM's count: two arrays read and one written.
+double triad_gbs(int threads) {
+  constexpr size_t kFloats = size_t{24} << 20;  // 96 MiB per array, 288 MiB in all: past the caches
+  std::vector<float> a(kFloats, 0.0f), b(kFloats, 1.0f), c(kFloats, 2.0f);
+  const size_t slice = (kFloats + threads - 1) / threads;
+  double best = 1e30;
+  for (int pass = 0; pass < 4; ++pass) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) {
+      pool.emplace_back([&, i] {
+        const size_t begin = std::min(kFloats, i * slice), end = std::min(kFloats, begin + slice);
+        float* pa = a.data();
+        const float* pb = b.data();
+        const float* pc = c.data();
+        for (size_t j = begin; j < end; ++j) pa[j] = pb[j] + 0.5f * pc[j];
+      });
+    }
+    for (auto& t : pool) t.join();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  asm volatile("" : : "r"(a.data()) : "memory");
+  return 3.0 * kFloats * sizeof(float) / best / 1e9;
 }
 
 std::string cpu_model_name() {
@@ -96,44 +75,41 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
-// What the measurement can use, part of the cache key: a binary built for fewer instructions
-// measures a lower peak.
-std::string isa() {
-  std::string s = "avx2";
-#ifdef __AVX512F__
-  s += "+avx512f";
-#endif
-#ifdef __AVX512BF16__
-  s += "+avx512bf16";
-#endif
-  return s;
-}
-
 }  // namespace
 
 CpuPeak measure_cpu_peak(int threads, double seconds_per_kind) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
+  const CpuFeatures& cpu = cpu_features();
   CpuPeak p;
   p.threads = std::max(1, threads);
   p.cpu_model = cpu_model_name();
-  double f32 = all_threads(fma256, p.threads, seconds_per_kind);
-#ifdef __AVX512F__
-  f32 = std::max(f32, all_threads(fma512, p.threads, seconds_per_kind));
-#endif
+  p.isa = cpu.isa();
+  p.amx_note = cpu.amx_note;
+  double f32 = all_threads(peak_loops::fma256, p.threads, seconds_per_kind);
+  p.f32_unit = "AVX2 FMA";
+  if (cpu.avx512f) {
+    const double wide = all_threads(peak_loops::fma512, p.threads, seconds_per_kind);
+    if (wide > f32) f32 = wide, p.f32_unit = "AVX-512 FMA";
+  }
   p.f32_tflops = f32 / 1e3;
   p.bf16_tflops = p.f32_tflops;
-#ifdef __AVX512BF16__
-  p.bf16_tflops = std::max(p.f32_tflops, all_threads(dpbf16, p.threads, seconds_per_kind) / 1e3);
-  p.bf16_instruction = true;
-#endif
-  p.measure_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  p.bf16_unit = "f32 FMA (no bf16 unit)";
+  auto consider = [&](double (*loop)(double), const char* unit) {
+    const double tflops = all_threads(loop, p.threads, seconds_per_kind) / 1e3;
+    if (tflops > p.bf16_tflops) p.bf16_tflops = tflops, p.bf16_unit = unit, p.bf16_instruction = true;
+  };
+  if (cpu.avx512_bf16) consider(peak_loops::dpbf16, "AVX-512 vdpbf16ps");
+  if (cpu.amx_bf16) consider(peak_loops::amx_dpbf16, "AMX tdpbf16ps");
+  p.memory_gbs = triad_gbs(p.threads);
+  p.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return p;
 }
 
 CpuPeak cached_cpu_peak(int threads, const std::string& cache_dir) {
   namespace fs = std::filesystem;
   threads = std::max(1, threads);
-  const std::string key = fmt::format("{} | {} threads | {}", cpu_model_name(), threads, isa());
+  const CpuFeatures& cpu = cpu_features();
+  const std::string key = fmt::format("{} | {} threads | {}", cpu_model_name(), threads, cpu.isa());
   const fs::path path = fs::path(cache_dir) / "cpu_peak.json";
   nlohmann::json cache = nlohmann::json::object();
   {
@@ -147,11 +123,18 @@ CpuPeak cached_cpu_peak(int threads, const std::string& cache_dir) {
   }
   if (cache.contains(key) && cache[key].is_object()) {
     const nlohmann::json& e = cache[key];
-    if (e.value("f32_tflops", 0.0) > 0 && e.value("bf16_tflops", 0.0) > 0) {
+    // An entry from before the bandwidth or the units were recorded is measured again.
+    if (e.value("f32_tflops", 0.0) > 0 && e.value("bf16_tflops", 0.0) > 0 && e.value("memory_gbs", 0.0) > 0 &&
+        e.contains("bf16_unit")) {
       CpuPeak p;
       p.f32_tflops = e["f32_tflops"].get<double>();
       p.bf16_tflops = e["bf16_tflops"].get<double>();
       p.bf16_instruction = e.value("bf16_instruction", false);
+      p.f32_unit = e.value("f32_unit", "");
+      p.bf16_unit = e.value("bf16_unit", "");
+      p.memory_gbs = e["memory_gbs"].get<double>();
+      p.isa = cpu.isa();
+      p.amx_note = cpu.amx_note;
       p.threads = threads;
       p.cpu_model = cpu_model_name();
       p.from_cache = true;
@@ -159,7 +142,8 @@ CpuPeak cached_cpu_peak(int threads, const std::string& cache_dir) {
     }
   }
   CpuPeak p = measure_cpu_peak(threads);
-  cache[key] = {{"f32_tflops", p.f32_tflops}, {"bf16_tflops", p.bf16_tflops}, {"bf16_instruction", p.bf16_instruction}};
+  cache[key] = {{"f32_tflops", p.f32_tflops}, {"bf16_tflops", p.bf16_tflops}, {"bf16_instruction", p.bf16_instruction},
+                {"f32_unit", p.f32_unit},     {"bf16_unit", p.bf16_unit},     {"memory_gbs", p.memory_gbs}};
   // Written whole to a temporary file and renamed: a reader never sees half a file.
   std::error_code ec;
   fs::create_directories(cache_dir, ec);
@@ -179,15 +163,19 @@ CpuPeak cached_cpu_peak(int threads, const std::string& cache_dir) {
 
 std::string describe(const CpuPeak& p) {
   std::string how = p.from_cache ? "measured earlier, cached" : fmt::format("measured in {:.2f} s", p.measure_seconds);
-  return fmt::format("{:.3f} TFLOP/s f32, {:.3f} TFLOP/s bf16{} ({} on {} thread{} of {})", p.f32_tflops,
-                     p.bf16_tflops, p.bf16_instruction ? "" : " (no bf16 dot-product instruction: the f32 peak)", how,
-                     p.threads, p.threads == 1 ? "" : "s", p.cpu_model);
+  std::string out = fmt::format("{:.3f} TFLOP/s f32 ({}), {:.3f} TFLOP/s bf16 ({}), memory {:.1f} GB/s ({} on {} thread{} of {})",
+                                p.f32_tflops, p.f32_unit, p.bf16_tflops, p.bf16_unit, p.memory_gbs, how, p.threads,
+                                p.threads == 1 ? "" : "s", p.cpu_model);
+  // Only a CPU that has tiles Kiln does not use deserves the note.
+  if (!p.amx_note.empty() && p.amx_note != "this CPU has no AMX tile units") out += "; " + p.amx_note;
+  return out;
 }
 
 DevicePeaks device_peaks(const CpuPeak& p) {
   DevicePeaks d;
   d.f32_tflops = p.f32_tflops;
   d.bf16_tflops = p.bf16_tflops;
+  d.memory_gbs = p.memory_gbs;
   d.device = p.cpu_model;
   d.source = fmt::format("measured on {} thread{} of {}", p.threads, p.threads == 1 ? "" : "s", p.cpu_model);
   d.description = describe(p);
