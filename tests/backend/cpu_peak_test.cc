@@ -15,6 +15,7 @@
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cpu/attention/attention_common.h"
+#include "kiln/backend/cpu/cpu_features.h"
 #include "kiln/backend/cpu/gemm/cpu_peak.h"
 
 namespace kiln::backend::cpu {
@@ -38,6 +39,60 @@ TEST(CpuPeak, MeasuresPositiveRatesWithBf16AtLeastF32) {
   EXPECT_FALSE(p.cpu_model.empty());
   EXPECT_FALSE(p.from_cache);
   EXPECT_NE(describe(p).find("TFLOP/s f32"), std::string::npos) << describe(p);
+}
+
+// Each dtype's peak comes from a named unit, bf16 from the fastest this CPU lets Kiln use,
+// and the memory bandwidth is measured beside them.
+TEST(CpuPeak, NamesTheUnitOfEachPeakAndMeasuresTheBandwidth) {
+  const CpuPeak p = measure_cpu_peak(1, 0.02);
+  const CpuFeatures& cpu = cpu_features();
+  EXPECT_EQ(p.isa, cpu.isa());
+  EXPECT_TRUE(p.f32_unit == "AVX2 FMA" || p.f32_unit == "AVX-512 FMA") << p.f32_unit;
+  if (cpu.amx_bf16) {
+    EXPECT_EQ(p.bf16_unit, "AMX tdpbf16ps");
+    EXPECT_GT(p.bf16_tflops, 4 * p.f32_tflops);  // a tile unit's peak is many times the FMA peak
+  } else if (cpu.avx512_bf16) {
+    EXPECT_TRUE(p.bf16_unit == "AVX-512 vdpbf16ps" || p.bf16_unit == "f32 FMA (no bf16 unit)") << p.bf16_unit;
+  } else {
+    EXPECT_EQ(p.bf16_unit, "f32 FMA (no bf16 unit)");
+    EXPECT_EQ(p.bf16_tflops, p.f32_tflops);
+    EXPECT_FALSE(p.bf16_instruction);
+  }
+  EXPECT_GT(p.memory_gbs, 0.5);    // any machine streams more than 0.5 GB/s on one thread
+  EXPECT_LT(p.memory_gbs, 2000.0);
+  const std::string text = describe(p);
+  EXPECT_NE(text.find("(" + p.f32_unit + ")"), std::string::npos) << text;
+  EXPECT_NE(text.find("(" + p.bf16_unit + ")"), std::string::npos) << text;
+  EXPECT_NE(text.find("GB/s"), std::string::npos) << text;
+}
+
+// KILN_CPU_ISA caps the units (so fallbacks are testable on a machine with more) and never
+// adds one; an unknown cap is one line naming the accepted values.
+TEST(CpuFeatures, TheCapRemovesUnitsAndNeverAddsOne) {
+  std::string error;
+  const CpuFeatures all = detect_cpu_features("", &error);
+  EXPECT_TRUE(error.empty()) << error;
+  const CpuFeatures avx2 = detect_cpu_features("avx2", &error);
+  EXPECT_TRUE(error.empty()) << error;
+  EXPECT_FALSE(avx2.avx512f);
+  EXPECT_FALSE(avx2.avx512_bf16);
+  EXPECT_FALSE(avx2.amx_bf16);
+  EXPECT_EQ(avx2.isa(), "avx2+fma");
+  const CpuFeatures avx512 = detect_cpu_features("avx512", &error);
+  EXPECT_EQ(avx512.avx512f, all.avx512f);
+  EXPECT_EQ(avx512.avx512_bf16, all.avx512_bf16);
+  EXPECT_FALSE(avx512.amx_bf16);
+  EXPECT_FALSE(avx512.amx_note.empty());  // why no AMX: the CPU has none, or the cap
+  const CpuFeatures amx = detect_cpu_features("amx", &error);
+  EXPECT_EQ(amx.isa(), all.isa());
+  EXPECT_EQ(all.amx_bf16, all.amx_note.empty());
+  if (all.amx_bf16) {
+    EXPECT_NE(all.isa().find("amx-bf16"), std::string::npos);
+  }
+
+  const CpuFeatures bad = detect_cpu_features("sse4", &error);
+  EXPECT_EQ(error, "KILN_CPU_ISA=sse4 is not a unit cap; accepted: avx2, avx512, amx (or unset)");
+  EXPECT_FALSE(bad.avx512f);
 }
 
 TEST(CpuPeak, CachedPerThreadCountAndRemeasuredWhenTheFileIsBroken) {

@@ -9,6 +9,11 @@
 // step (measured: see the failure message), while a real precision bug (a softmax or norm
 // statistic in bf16, moments in bf16, a wrong GEMM) moves them apart by far more or stops
 // the loss from falling.
+//
+// Both runs also show that no logged MFU exceeds 100 % on this machine: every console MFU is
+// a number at most 100 %, every metrics.jsonl "mfu" at most 1, and the "MFU not logged" line
+// of a rate above the measured peak (peaks.h) never appears -- it would mean the peak this
+// CPU's units were measured at is below what the run achieved.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -35,12 +40,29 @@ std::vector<double> train_losses(const std::string& dtype) {
       "enable_checkpointing=false backend=cpu weight_dtype=float32 dtype=" +
           dtype + " run_name=run base_output_directory=" + dir);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string console = r.out + r.err;
+  EXPECT_EQ(console.find("MFU not logged"), std::string::npos) << dtype << ":\n" << console;
+  int shown = 0;
+  for (size_t at = console.find("MFU: "); at != std::string::npos; at = console.find("MFU: ", at + 1)) {
+    const std::string value = console.substr(at + 5, console.find_first_of(",\n", at) - at - 5);
+    EXPECT_EQ(value.back(), '%') << dtype << ": " << value;
+    if (value.back() == '%') {
+      EXPECT_LE(std::stod(value), 100.0) << dtype << ": " << value;
+    }
+    ++shown;
+  }
+  EXPECT_EQ(shown, 20) << console;
   std::vector<double> losses;
   std::ifstream in(dir + "/run/metrics.jsonl");
   std::string line;
   while (std::getline(in, line)) {
     size_t at = line.find("\"loss\": ");
     if (at != std::string::npos) losses.push_back(std::stod(line.substr(at + 8)));
+    at = line.find("\"mfu\": ");
+    EXPECT_NE(at, std::string::npos) << line;
+    if (at != std::string::npos) {
+      EXPECT_LE(std::stod(line.substr(at + 7)), 1.0) << dtype << ": " << line;
+    }
   }
   std::filesystem::remove_all(dir);
   return losses;

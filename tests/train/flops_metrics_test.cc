@@ -2,12 +2,15 @@
 // exact console / JSON line formats.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
 #include "kiln/config/config.h"
 #include "kiln/train/observability/flops.h"
 #include "kiln/train/observability/metrics.h"
+#include "kiln/train/observability/peaks.h"
 
 namespace kiln::train {
 namespace {
@@ -101,6 +104,52 @@ TEST(Metrics, ConsoleLineStartsWithMaxTextsFormat) {
   EXPECT_EQ(json.rfind("{\"step\": 12, \"loss\": 10.87149, ", 0), 0u) << json;
   EXPECT_NE(json.find("\"learning_rate\": 3e-05"), std::string::npos) << json;
   EXPECT_NE(json.find("\"mfu\": 0.02417}"), std::string::npos) << json;
+}
+
+// No logged MFU can exceed 100 %, whatever the rate and the peak: MFU is a fraction of the
+// peak, so a rate above it is logged as "n/a" / null (peaks.h mfu_or_nan), and the one line
+// that says why names the rate, the peak and the key that fixes it.
+TEST(Metrics, NoLoggedMfuExceedsOneHundredPercent) {
+  Peaks peaks;
+  peaks.f32_tflops = 0.2;
+  peaks.bf16_tflops = 0.4;
+  peaks.bf16_compute = true;
+  peaks.source = "measured on 2 threads of a test CPU";
+  for (double peak : {0.0, 1e-6, 0.1, 0.4, 6.3, 1000.0}) {
+    for (double rate : {0.0, 1e-9, 0.05, 0.399, 0.4, 0.401, 0.462, 7.0, 1e6}) {
+      StepRecord r;
+      r.step = 3;
+      r.tflops_per_s_per_device = rate;
+      r.mfu = mfu_or_nan(rate, peak);
+      const std::string line = console_line(r);
+      const size_t at = line.find("MFU: ");
+      ASSERT_NE(at, std::string::npos) << line;
+      const std::string shown = line.substr(at + 5, line.find(',', at) - at - 5);
+      if (shown != "n/a") {
+        ASSERT_EQ(shown.back(), '%') << line;
+        EXPECT_LE(std::stod(shown), 100.0) << "rate " << rate << " peak " << peak << ": " << line;
+      } else {
+        EXPECT_GT(rate, peak) << line;  // only a rate above the peak loses its number
+      }
+      const std::string json = json_line(r);
+      const size_t j = json.find("\"mfu\": ");
+      ASSERT_NE(j, std::string::npos) << json;
+      const std::string value = json.substr(j + 7, json.find_first_of(",}", j) - j - 7);
+      if (value != "null") {
+        EXPECT_LE(std::stod(value), 1.0) << json;
+      }
+    }
+  }
+  EXPECT_EQ(mfu_or_nan(0.4, 0.4), 1.0);
+  EXPECT_TRUE(std::isnan(mfu_or_nan(0.462, 0.438)));
+  EXPECT_EQ(mfu_or_nan(1.0, 0.0), 0.0);  // no peak: nothing to divide by
+  const std::string message = above_peak_message(12, 0.462, peaks);
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  EXPECT_NE(message.find("MFU not logged from step 12"), std::string::npos) << message;
+  EXPECT_NE(message.find("0.462 TFLOP/s"), std::string::npos) << message;
+  EXPECT_NE(message.find("bf16 peak of 0.4 TFLOP/s"), std::string::npos) << message;
+  EXPECT_NE(message.find("a test CPU"), std::string::npos) << message;
+  EXPECT_NE(message.find("hardware_peak_tflops"), std::string::npos) << message;
 }
 
 }  // namespace

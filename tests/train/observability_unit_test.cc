@@ -3,6 +3,8 @@
 // independent Python reader is tests/train/observability_test.py.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -133,6 +135,28 @@ TEST(Attribution, AKernelRowAbovePeakIsFlaggedAsAPeakSetTooLow) {
   ASSERT_EQ(above.notes.size(), 1u);
   EXPECT_NE(above.notes[0].find("gemm ran at 125% of the peak"), std::string::npos) << above.notes[0];
   EXPECT_NE(attribution_table(above, t, peaks(0.16)).find("\n" + above.notes[0]), std::string::npos);
+}
+
+// The step's MFU and every "MFU without" are fractions of the peak: a peak below the run's
+// rate gives "n/a" and a note, never a figure above 100 %.
+TEST(Attribution, AStepAbovePeakHasNoMfuFigure) {
+  const StepTotals t = two_steps();  // 1 s per step
+  const Attribution a = attribute(t, /*model_tflops=*/0.3, peaks(0.25));
+  EXPECT_TRUE(std::isnan(a.mfu));
+  const std::string table = attribution_table(a, t, peaks(0.25));
+  EXPECT_NE(table.find("MFU n/a against the f32 peak"), std::string::npos) << table;
+  EXPECT_NE(table.find("note: MFU n/a: the run's 0.3 TFLOP/s per device is above the f32 peak"), std::string::npos)
+      << table;
+  for (const AttributionRow& r : a.rows) EXPECT_TRUE(std::isnan(r.mfu_without) || r.mfu_without <= 1.0) << r.name;
+  // The memory-bound row is against the measured bandwidth when there is one.
+  Peaks measured = peaks(0.25);
+  measured.memory_gbs = 40.0;
+  const Attribution b = attribute(t, 0.1, measured);
+  for (const AttributionRow& r : b.rows) {
+    if (r.name == "fused elementwise") {
+      EXPECT_NE(r.rate.find("10.0 GB/s = 25% of 40.0 GB/s"), std::string::npos) << r.rate;
+    }
+  }
 }
 
 // A bf16 step's MFU is against the bf16 peak, and an f32 GEMM against the f32 one.

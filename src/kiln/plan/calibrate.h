@@ -1,7 +1,7 @@
 // `kiln plan --calibrate`: measures this machine and writes the CPU target (target.h) for
 // the threads one device of the config's mesh gets.
 //
-//   peaks            f32 FMA and bf16 dot-product peaks on those threads (train/observability/peaks.h)
+//   peaks            each dtype's fastest unit on those threads: f32 FMA; bf16 AMX, vdpbf16ps or FMA (cpu_peak.h)
 //   memory bandwidth a triad over arrays far larger than the caches, every local device at
 //                    once (each device's share is what a kernel of that device sees)
 //   intra link       all-gathers between the local virtual devices over a range of sizes:

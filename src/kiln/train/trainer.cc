@@ -381,7 +381,15 @@ Result<StepRecord> Trainer::run_step() {
     r.tokens_per_s_per_device = tokens_per_device_ / r.step_time_s;
     r.tflops_per_s_per_device = flops_.total_tflops() / r.step_time_s;
   }
-  r.mfu = peaks_.compute_tflops() > 0 ? r.tflops_per_s_per_device / peaks_.compute_tflops() : 0.0;
+  r.mfu = mfu_or_nan(r.tflops_per_s_per_device, peaks_.compute_tflops());
+  if (std::isnan(r.mfu) && !above_peak_reported_) {
+    above_peak_reported_ = true;
+    print(above_peak_message(r.step, r.tflops_per_s_per_device, peaks_));
+    KILN_RETURN_IF_ERROR(events_.write("peak_exceeded", r.step,
+                                       {{"tflops_per_s_per_device", r.tflops_per_s_per_device},
+                                        {"peak_tflops", peaks_.compute_tflops()},
+                                        {"peak", peaks_.source}}));
+  }
   if (step_ % log_period_ == 0) r.expert_load = runner_->expert_load();
 
   print(console_line(r));

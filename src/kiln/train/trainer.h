@@ -155,6 +155,7 @@ class Trainer {
   TrainingFlops flops_;
   double tokens_per_device_ = 0;  // per step
   Peaks peaks_;
+  bool above_peak_reported_ = false;  // the one line of peaks.h above_peak_message, printed once
   int64_t log_period_ = 1;  // steps between expert-load reports (and metric file flushes)
   bool abort_on_nan_ = true, abort_on_inf_ = true;
   std::string run_name_, output_dir_;

@@ -1,6 +1,7 @@
 #include "kiln/train/observability/attribution.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -8,12 +9,23 @@
 
 namespace kiln::train {
 
+namespace {
+// "12.34%", or "n/a" above the peak (peaks.h mfu_or_nan; the notes say why).
+std::string percent_text(double mfu) { return std::isnan(mfu) ? "n/a" : fmt::format("{:.2f}%", 100.0 * mfu); }
+}  // namespace
+
 Attribution attribute(const StepTotals& t, double model_tflops, const Peaks& peaks) {
   Attribution a;
   const double steps = std::max<int64_t>(1, t.steps);
   a.step_s = t.wall_s / steps;
   const double peak = peaks.compute_tflops() * 1e12;  // FLOP/s of the compute dtype
-  a.mfu = a.step_s > 0 ? model_tflops * 1e12 / a.step_s / peak : 0;
+  a.mfu = a.step_s > 0 ? mfu_or_nan(model_tflops / a.step_s, peak / 1e12) : 0;
+  if (std::isnan(a.mfu)) {
+    a.notes.push_back(fmt::format(
+        "note: MFU n/a: the run's {:.4g} TFLOP/s per device is above the {} peak ({:.4g} TFLOP/s, {}); the peak misses "
+        "a faster unit or the FLOP count is wrong",
+        model_tflops / a.step_s, peaks.bf16_compute ? "bf16" : "f32", peaks.compute_tflops(), peaks.source));
+  }
   auto kind = [&](KernelKind k) { return t.kinds[static_cast<int>(k)]; };
   auto add = [&](std::string name, double total_s, double ideal_total_s, std::string rate) {
     AttributionRow r;
@@ -22,7 +34,7 @@ Attribution attribute(const StepTotals& t, double model_tflops, const Peaks& pea
     r.percent = a.step_s > 0 ? 100.0 * r.seconds / a.step_s : 0;
     r.rate = std::move(rate);
     const double loss = std::max(0.0, (total_s - ideal_total_s) / steps);
-    r.mfu_without = a.step_s - loss > 0 ? model_tflops * 1e12 / (a.step_s - loss) / peak : 0;
+    r.mfu_without = a.step_s - loss > 0 ? mfu_or_nan(model_tflops / (a.step_s - loss), peak / 1e12) : 0;
     a.rows.push_back(std::move(r));
   };
   // FLOPs here are the executed kernels' own (ops::cost_of of each instruction timed), so a
@@ -68,7 +80,9 @@ Attribution attribute(const StepTotals& t, double model_tflops, const Peaks& pea
     std::string rate = "-";
     if (f.seconds > 0) {
       const double gbs = f.bytes / f.seconds / 1e9;
-      rate = fmt::format("{:.1f} GB/s = {:.0f}% of {:.0f} GB/s", gbs, 100.0 * gbs / kMemoryBandwidthGBs, kMemoryBandwidthGBs);
+      rate = peaks.memory_gbs > 0
+                 ? fmt::format("{:.1f} GB/s = {:.0f}% of {:.1f} GB/s", gbs, 100.0 * gbs / peaks.memory_gbs, peaks.memory_gbs)
+                 : fmt::format("{:.1f} GB/s (bandwidth not measured)", gbs);
     }
     add("fused elementwise", seconds, 0, rate);
   }
@@ -93,14 +107,14 @@ Attribution attribute(const StepTotals& t, double model_tflops, const Peaks& pea
 
 std::string attribution_table(const Attribution& a, const StepTotals& t, const Peaks& peaks) {
   std::string out = fmt::format(
-      "where the step time went ({} observed steps, {:.3f} s per step, MFU {:.2f}% against the {} peak; FLOPs: {}; "
-      "peaks {:.3f} TFLOP/s f32, {:.3f} bf16 ({}), memory {:.0f} GB/s):",
-      t.steps, a.step_s, 100.0 * a.mfu, peaks.bf16_compute ? "bf16" : "f32", flop_formula_name(FlopFormula::kMaxText2602),
-      peaks.f32_tflops, peaks.bf16_tflops, peaks.source, kMemoryBandwidthGBs);
+      "where the step time went ({} observed steps, {:.3f} s per step, MFU {} against the {} peak; FLOPs: {}; "
+      "peaks {:.3f} TFLOP/s f32, {:.3f} bf16 ({}), memory {:.1f} GB/s):",
+      t.steps, a.step_s, percent_text(a.mfu), peaks.bf16_compute ? "bf16" : "f32", flop_formula_name(FlopFormula::kMaxText2602),
+      peaks.f32_tflops, peaks.bf16_tflops, peaks.source, peaks.memory_gbs);
   out += fmt::format("\n  {:<34} {:>9} {:>7}  {:<36} {:>12}", "", "s/step", "share", "achieved rate", "MFU without");
   for (const AttributionRow& r : a.rows) {
-    out += fmt::format("\n  {:<34} {:>9.4f} {:>6.1f}%  {:<36} {:>11.2f}%", r.name, r.seconds, r.percent, r.rate,
-                       100.0 * r.mfu_without);
+    out += fmt::format("\n  {:<34} {:>9.4f} {:>6.1f}%  {:<36} {:>12}", r.name, r.seconds, r.percent, r.rate,
+                       percent_text(r.mfu_without));
   }
   out += fmt::format("\n  {:<34} {:>9.4f} {:>6.1f}%", "total", a.step_s, a.percent_sum);
   for (const std::string& note : a.notes) out += "\n" + note;

@@ -7,7 +7,8 @@
 // use the op registry's cost (ops::cost_of: 2 per multiply-add), counted from the
 // instructions run. Peaks (train/observability/peaks.h): measured on this CPU unless hardware_peak_tflops
 // sets them; each GEMM against its own dtype's peak, grouped matmuls and attention against the
-// compute dtype's, and kMemoryBandwidthGBs for the elementwise kernels' bandwidth rate.
+// compute dtype's, and the measured memory bandwidth (Peaks::memory_gbs) for the memory-bound
+// kernels' rate: each class against its own roofline.
 //
 // Every instruction row is the mean over the process's devices (trace.h StepTotals): on
 // several devices a collective row is mostly one device's wait for the slowest, which falls
@@ -32,8 +33,6 @@
 #include "kiln/train/observability/trace.h"
 
 namespace kiln::train {
-
-inline constexpr double kMemoryBandwidthGBs = 34.0;  // STREAM-like, 2 cores (spec cpu-machine.md: 33-35)
 
 struct AttributionRow {
   std::string name;

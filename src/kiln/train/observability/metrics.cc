@@ -30,6 +30,9 @@ std::string expert_load_text(const StepRecord& r) {
   return fmt::format(", expert_load (max/mean/dropped): [{}]", fmt::join(layers, ", "));
 }
 
+// "12.34%", or "n/a" for a rate above the peak (peaks.h mfu_or_nan).
+std::string mfu_text(double mfu) { return std::isnan(mfu) ? "n/a" : fmt::format("{:.2f}%", 100.0 * mfu); }
+
 }  // namespace
 
 std::string console_line(const StepRecord& r) {
@@ -37,10 +40,10 @@ std::string console_line(const StepRecord& r) {
   return fmt::format(
       "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.3f}, "
       "total_weights: {}, loss: {:.3f}, lm_loss: {:.3f}, learning_rate: {:.3e}, grad_norm: {:.3f}, "
-      "raw_grad_norm: {:.3f}, moe_lb_loss: {:.6f}, MFU: {:.2f}%, data_wait: {:.3f}",
+      "raw_grad_norm: {:.3f}, moe_lb_loss: {:.6f}, MFU: {}, data_wait: {:.3f}",
       r.step, r.step_time_s, r.tflops_per_s_per_device, r.tokens_per_s_per_device,
       static_cast<int64_t>(std::llround(r.total_weights)), shown(r.loss), shown(r.lm_loss), r.learning_rate,
-      shown(r.grad_norm), shown(r.raw_grad_norm), shown(r.moe_lb_loss), 100.0 * r.mfu, r.data_wait_s) +
+      shown(r.grad_norm), shown(r.raw_grad_norm), shown(r.moe_lb_loss), mfu_text(r.mfu), r.data_wait_s) +
          (r.collective_wait_s >= 0 ? fmt::format(", collective_wait: {:.3f}", r.collective_wait_s) : "") +
          expert_load_text(r);
 }

@@ -37,7 +37,7 @@ struct StepRecord {
   double collective_wait_s = -1;
   double tokens_per_s_per_device = 0;
   double tflops_per_s_per_device = 0;
-  double mfu = 0;            // tflops_per_s_per_device / hardware_peak_tflops (a fraction)
+  double mfu = 0;            // tflops_per_s_per_device / the peak (a fraction); NaN above the peak (peaks.h)
   // MoE, every log_period steps (else empty): per MoE layer max and mean (token, expert)
   // pairs per expert and pairs dropped by the capacity, flattened [layers * 3]. Console:
   // ", expert_load (max/mean/dropped): [24/12/0, ...]"; JSON: "expert_load": [[24, 12, 0], ...].

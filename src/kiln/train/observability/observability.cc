@@ -1,5 +1,6 @@
 #include "kiln/train/observability/observability.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -83,8 +84,9 @@ std::vector<Scalar> tensorboard_scalars(const StepRecord& r) {
       {"perf/data_wait_seconds", static_cast<float>(r.data_wait_s)},
       {"perf/per_device_tokens_per_sec", static_cast<float>(r.tokens_per_s_per_device)},
       {"perf/per_device_tflops_per_sec", static_cast<float>(r.tflops_per_s_per_device)},
-      {"perf/mfu", static_cast<float>(r.mfu)},
   };
+  // A rate above the peak has no MFU (peaks.h): no point rather than a NaN in the curve.
+  if (!std::isnan(r.mfu)) s.push_back({"perf/mfu", static_cast<float>(r.mfu)});
   // Only where the console line has it (a mesh of several devices): one device has no
   // collectives, and a flat zero curve would read as "perfectly overlapped".
   if (r.collective_wait_s >= 0) s.push_back({"perf/collective_wait_seconds", static_cast<float>(r.collective_wait_s)});

@@ -1,11 +1,29 @@
 #include "kiln/train/observability/peaks.h"
 
+#include <cmath>
+#include <limits>
+
 #include <fmt/format.h>
 
 namespace kiln::train {
 
 namespace {
 constexpr double kBf16OverF32 = 2.0;  // for an explicit peak only: the spec's ratio (cpu-machine.md)
+}
+
+double mfu_or_nan(double tflops, double peak_tflops) {
+  if (!(peak_tflops > 0)) return 0.0;
+  const double mfu = tflops / peak_tflops;
+  return mfu > 1.0 ? std::numeric_limits<double>::quiet_NaN() : mfu;
+}
+
+std::string above_peak_message(int64_t step, double tflops, const Peaks& peaks) {
+  return fmt::format(
+      "MFU not logged from step {}: the step ran at {:.4g} TFLOP/s per device, above the {} peak of {:.4g} TFLOP/s "
+      "({}), so the peak misses a faster unit of this device or the FLOP count is wrong; set hardware_peak_tflops to "
+      "the device's real {} peak",
+      step, tflops, peaks.bf16_compute ? "bf16" : "f32", peaks.compute_tflops(), peaks.source,
+      peaks.bf16_compute ? "bf16" : "f32");
 }
 
 Result<Peaks> resolve_peaks(const config::Config& config,
@@ -31,6 +49,7 @@ Result<Peaks> resolve_peaks(const config::Config& config,
   }
   p.f32_tflops = m->f32_tflops;
   p.bf16_tflops = m->bf16_tflops;
+  p.memory_gbs = m->memory_gbs;
   p.source = m->source;
   p.log_line = "measured per device: " + m->description;
   return p;

@@ -6,6 +6,7 @@
 //   checkpoint_save    {step, path, blocked_s}
 //   checkpoint_restore {step, path}
 //   data_stall         {step, wait_s}         (a step that waited > kDataStallSeconds for data)
+//   peak_exceeded      {step, tflops_per_s_per_device, peak_tflops, peak}  (once: MFU is not logged, peaks.h)
 //   attribution        {step, step_s, mfu, rows[{name, seconds, percent, rate, mfu_without}]}
 //   finish             {step}
 // Every line also has "time" (Unix seconds) and "event". A torn last line (a kill during a
