@@ -114,10 +114,12 @@ std::function<int()> add_tokenize_command(CLI::App& cmd) {
       ->type_name("FILE...");
   cmd.add_option("-o,--output", opts->output, "Directory for shard_NNNNN.bin and manifest.json");
   cmd.add_option("--tokenizer_type", opts->tokenizer_type,
-                 "bytes (UTF-8 bytes + BOS/EOS, vocab 258), sentencepiece (--tokenizer_path MODEL) or tiktoken");
+                 "bytes (UTF-8 bytes + BOS/EOS, vocab 258), sentencepiece (--tokenizer_path MODEL), tiktoken or "
+                 "huggingface (--tokenizer_path tokenizer.json or its folder)");
   cmd.add_option("--tokenizer_path", opts->tokenizer_path,
                  "SentencePiece .model file, or a tiktoken encoding: o200k_harmony, o200k_base, cl100k_base, "
-                 "p50k_base, r50k_base, gpt2, a .tiktoken file or an encoder .json");
+                 "p50k_base, r50k_base, gpt2, a .tiktoken file or an encoder .json, or a Hugging Face "
+                 "tokenizer.json (or the folder holding it)");
   cmd.add_option("--tokenizer_dir", opts->tokenizer_dir,
                  "tiktoken: the folder of OpenAI's .tiktoken files that encoding names are looked up in "
                  "(default $KILN_TOKENIZER_DIR, else ~/.cache/kiln/tiktoken)");

@@ -18,6 +18,8 @@ PACKAGES=(
   iproute2  # multi-host tests: hosts as network namespaces joined by veth pairs (docs/multihost.md)
   util-linux  # prlimit: the per-process memory cap of the bigger-than-one-process test
   libpcre2-dev  # tokenizer_type=tiktoken: the split patterns (Unicode properties)
+  zlib1g-dev libzstd-dev  # dataset files: JSONL.gz and JSONL.zst (src/kiln/data/sources/)
+  libicu-dev  # tokenizer_type=huggingface: the NFC normalizer of Qwen2/3 tokenizer.json files
   fortunes  # the default real-text corpus of make run (docs/data.md): /usr/share/games/fortunes
   python3-protobuf protobuf-compiler  # the independent TensorBoard event-file reader (tests/reference)
   libjs-chart.js  # report.html inlines Chart.js from /usr/share/javascript/chart.js (docs/report.md)

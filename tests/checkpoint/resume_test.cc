@@ -230,9 +230,9 @@ TEST(Resume, TextDataResumesWithExactlyTheNextBatch) {
   }
   auto second = make_trainer(small_config(dir, "split", data));
   ASSERT_TRUE(second.ok()) << second.status().to_string();
-  ASSERT_NE((*second)->token_pipeline(), nullptr);
+  ASSERT_NE((*second)->batch_source(), nullptr);
   EXPECT_EQ((*second)->restored_step(), 10);
-  EXPECT_EQ((*second)->token_pipeline()->state().sample, 10 * 2);  // global samples consumed
+  EXPECT_EQ((*second)->batch_source()->state()["sample"], 10 * 2);  // global samples consumed
   Result<double> eval_full = (*full)->evaluate();
   ASSERT_TRUE((*second)->run().ok());
   EXPECT_EQ(losses(**second), std::vector<double>(full_losses.begin() + 10, full_losses.end()));

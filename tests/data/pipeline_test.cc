@@ -205,14 +205,16 @@ TEST(TokenPipeline, RestoringTheStateContinuesWithTheNextBatch) {
   std::vector<int> sizes = {3, 5, 4, 9, 2, 7, 6, 1, 8};
   auto a = make_pipeline(sizes, o);
   for (int k = 0; k < 5; ++k) a->next();
-  IteratorState state = a->state();
+  IteratorState state = a->position();
   EXPECT_EQ(state.sample, 10);
+  EXPECT_EQ(a->state()["sample"], 10);
+  EXPECT_EQ(a->state()["type"], "tokens");
   auto b = make_pipeline(sizes, o);
-  ASSERT_TRUE(b->restore(state).ok());
+  ASSERT_TRUE(b->restore(a->state()).ok());
   EXPECT_EQ(a->next().inputs, b->next().inputs);
   o.seed = 99;
   auto c = make_pipeline(sizes, o);
-  EXPECT_FALSE(c->restore(state).ok());
+  EXPECT_FALSE(c->restore_position(state).ok());
 }
 
 TEST(TokenPipeline, BadInputIsReportedBeforeTraining) {

@@ -32,7 +32,8 @@ TEST(Tokenizers, FactoryBuildsBytesAndRejectsUnknownTypes) {
   EXPECT_EQ((*bytes)->vocab_size(), 258);
   EXPECT_FALSE(make_tokenizer("sentencepiece", "").ok());  // needs tokenizer_path
   EXPECT_EQ(make_tokenizer("tiktoken", "").status().code(), StatusCode::kInvalidArgument);  // needs tokenizer_path
-  EXPECT_EQ(make_tokenizer("huggingface", "openai/gpt-oss-20b").status().code(), StatusCode::kUnimplemented);
+  // huggingface reads a local tokenizer.json: a Hub name is not found, not downloaded.
+  EXPECT_EQ(make_tokenizer("huggingface", "openai/gpt-oss-20b").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(make_tokenizer("nope", "").status().code(), StatusCode::kInvalidArgument);
 }
 

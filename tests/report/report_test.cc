@@ -219,6 +219,35 @@ TEST(Report, RestartedRunKeepsTheLaterRecordsOfRepeatedSteps) {
   EXPECT_TRUE(has(run->notes[0], "3 records were written again by a later attempt"));
 }
 
+// dataset_type=hf runs log the tokens each source gave; the page tabulates the last record's.
+TEST(Report, DataSourcesShowTheTokensEachSourceGave) {
+  const std::string root = fresh_dir("data_tokens");
+  const std::string dir = root + "/mix";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream m(dir + "/metrics.jsonl");
+    for (int s = 0; s < 4; ++s) {
+      std::string line = testing::metrics_line(s);
+      line.insert(line.size() - 1, ", \"data_tokens\": {\"web\": " + std::to_string(700 * (s + 1)) +
+                                       ", \"code\": " + std::to_string(300 * (s + 1)) + "}");
+      m << line << "\n";
+    }
+  }
+  Result<RunData> run = read_run(dir);
+  ASSERT_TRUE(run.ok());
+  ASSERT_EQ(run->data_tokens.size(), 2u);
+  EXPECT_EQ(run->data_tokens_step, 3);
+  Result<std::string> page = render_report({dir}, options_for(root));
+  ASSERT_TRUE(page.ok()) << page.status().to_string();
+  EXPECT_TRUE(has(*page, "<h2>Data sources</h2>"));
+  EXPECT_TRUE(has(*page, "<td>web</td><td>2800</td><td>70.00%</td>")) << *page;
+  EXPECT_TRUE(has(*page, "<td>code</td><td>1200</td><td>30.00%</td>"));
+  // Runs without data_tokens have no such section.
+  Result<std::string> plain = render_report({write_run(root + "/plain", RunFixture{})}, options_for(root));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(has(*plain, "Data sources"));
+}
+
 TEST(Report, LongRunsAreDrawnFromBucketsOfSteps) {
   const std::string root = fresh_dir("long");
   const std::string dir = root + "/run";

@@ -104,6 +104,11 @@ TEST(Metrics, ConsoleLineStartsWithMaxTextsFormat) {
   EXPECT_EQ(json.rfind("{\"step\": 12, \"loss\": 10.87149, ", 0), 0u) << json;
   EXPECT_NE(json.find("\"learning_rate\": 3e-05"), std::string::npos) << json;
   EXPECT_NE(json.find("\"mfu\": 0.02417}"), std::string::npos) << json;
+  // dataset_type=hf: tokens per source, in the JSON record only.
+  r.data_tokens = {{"web", 7000}, {"code", 3000}};
+  json = json_line(r);
+  EXPECT_NE(json.find(", \"data_tokens\": {\"code\":3000,\"web\":7000}}"), std::string::npos) << json;
+  EXPECT_EQ(console_line(r).find("data_tokens"), std::string::npos);
 }
 
 // No logged MFU can exceed 100 %, whatever the rate and the peak: MFU is a fraction of the

@@ -407,8 +407,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& enum_keys()
       {"opt_type", {"adamw", "sgd"}},
       {"lr_schedule_type", {"cosine", "wsd"}},
       {"wsd_decay_style", {"linear", "cosine"}},
-      {"dataset_type", {"synthetic", "tokens", "text"}},
-      {"tokenizer_type", {"sentencepiece", "tiktoken", "bytes"}},
+      {"dataset_type", {"synthetic", "tokens", "text", "hf"}},
+      {"tokenizer_type", {"sentencepiece", "tiktoken", "bytes", "huggingface"}},
       {"profiler", {"", "trace"}},
   };
   return kEnums;

@@ -169,7 +169,25 @@ Batch TokenPipeline::next() {
   return b;
 }
 
-Status TokenPipeline::restore(const IteratorState& state) {
+nlohmann::json TokenPipeline::state() const {
+  const IteratorState it = position();
+  return {{"type", "tokens"}, {"sample", it.sample}, {"seed", it.seed}, {"fingerprint", it.fingerprint}};
+}
+
+Status TokenPipeline::restore(const nlohmann::json& state) {
+  if (state.value("type", "") != "tokens") {
+    return failed_precondition("the saved data iterator is of type {}; this run reads token shards (dataset_type=tokens "
+                               "or text)",
+                               state.value("type", "unknown"));
+  }
+  IteratorState it;
+  it.sample = state.value("sample", int64_t{0});
+  it.seed = state.value("seed", uint64_t{0});
+  it.fingerprint = state.value("fingerprint", uint64_t{0});
+  return restore_position(it);
+}
+
+Status TokenPipeline::restore_position(const IteratorState& state) {
   if (state.seed != options_.seed || state.fingerprint != fingerprint_) {
     return invalid_argument("the saved data iterator state is for another corpus or data_shuffle_seed (seed {} vs {}, "
                             "layout {:016x} vs {:016x})",

@@ -22,21 +22,11 @@
 #include <vector>
 
 #include "kiln/base/status.h"
+#include "kiln/data/batch_source.h"
 #include "kiln/data/batch_split.h"
 #include "kiln/data/shard.h"
 
 namespace kiln::data {
-
-// int32 [batch, seq_len] each, row-major.
-struct Batch {
-  int64_t batch = 0, seq_len = 0;
-  std::vector<int32_t> inputs, targets, positions, segmentation;
-};
-
-// Train/eval split by document: every kEvalStride-th document (counting the non-empty
-// documents of all shards in order) is an eval document.
-enum class Split { kAll, kTrain, kEval };
-inline constexpr int64_t kEvalStride = 20;
 
 struct PipelineOptions {
   int64_t global_batch = 1;  // G: rows per global batch
@@ -53,12 +43,13 @@ struct IteratorState {
   uint64_t fingerprint = 0; // the corpus layout the index refers to
 };
 
-class TokenPipeline {
+class TokenPipeline final : public BatchSource {
  public:
   static Result<std::unique_ptr<TokenPipeline>> create(std::vector<std::unique_ptr<Shard>> shards,
                                                        const PipelineOptions& options);
 
-  int64_t samples_per_epoch() const { return static_cast<int64_t>(rows_.size()); }
+  std::string type() const override { return "tokens"; }
+  int64_t samples_per_epoch() const override { return static_cast<int64_t>(rows_.size()); }
   // Global batch k split over `num_shards` data-parallel shards: shard `shard`'s rows.
   Batch batch(int64_t k, int64_t shard = 0, int64_t num_shards = 1) const;
   // Global batch k's rows for `device` of a mesh (batch_split.h): the same global batches
@@ -69,17 +60,23 @@ class TokenPipeline {
   // Rows [first, first + count) of global batch k, and only those are read: a process
   // builds just the rows its devices consume (train/batch_feed.h).
   Batch rows(int64_t k, int64_t first, int64_t count) const;
+  Batch rows(int64_t k, int64_t first, int64_t count) override {
+    return static_cast<const TokenPipeline*>(this)->rows(k, first, count);
+  }
   // The next global batch (all rows); advances the state by G samples.
   Batch next();
   // The index k of the next global batch, and moving past it without building it (for a
   // prefetcher that builds batch(k) on its own thread).
-  int64_t next_batch_index() const { return next_sample_ / options_.global_batch; }
-  void advance() { next_sample_ += options_.global_batch; }
-  int64_t global_batch() const { return options_.global_batch; }
+  int64_t next_batch_index() const override { return next_sample_ / options_.global_batch; }
+  void advance() override { next_sample_ += options_.global_batch; }
+  int64_t global_batch() const override { return options_.global_batch; }
 
-  IteratorState state() const { return {next_sample_, options_.seed, fingerprint_}; }
+  IteratorState position() const { return {next_sample_, options_.seed, fingerprint_}; }
   // Fails (invalid_argument) if the state is from another seed or corpus layout.
-  Status restore(const IteratorState& state);
+  Status restore_position(const IteratorState& state);
+  // The same as the checkpoint's JSON: {"type": "tokens", "sample", "seed", "fingerprint"}.
+  nlohmann::json state() const override;
+  Status restore(const nlohmann::json& state) override;
 
  private:
   struct Piece {

@@ -1,5 +1,6 @@
 #include "kiln/data/tokenizer.h"
 
+#include "kiln/data/tokenizer/hf_tokenizer.h"
 #include "kiln/data/tokenizer/tiktoken.h"
 
 namespace kiln::data {
@@ -30,12 +31,10 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
   if (type == "huggingface") {
-    return unimplemented(
-        "tokenizer_type=huggingface (tokenizer_path={}) is not built yet; for GPT-OSS use tokenizer_type=tiktoken "
-        "tokenizer_path=o200k_harmony",
-        path.empty() ? "\"\"" : path);
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> t, HfTokenizer::load(path));
+    return std::unique_ptr<Tokenizer>(std::move(t));
   }
-  return invalid_argument("tokenizer_type={}: unknown; accepted: bytes, sentencepiece, tiktoken", type);
+  return invalid_argument("tokenizer_type={}: unknown; accepted: bytes, sentencepiece, tiktoken, huggingface", type);
 }
 
 }  // namespace kiln::data

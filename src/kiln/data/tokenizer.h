@@ -7,6 +7,12 @@
 //   tiktoken: OpenAI's byte-level BPE (tokenizer_path=o200k_harmony, o200k_base, cl100k_base,
 //          ..., a .tiktoken file or an encoder .json; names looked up in tokenizer_dir),
 //          tokenizer/tiktoken.h.
+//   huggingface: a Hugging Face tokenizer.json with a byte-level BPE model (GPT-2, Llama 3,
+//          Qwen2/3, GPT-OSS-era files; tokenizer_path = the file or a directory holding
+//          tokenizer.json), with ids equal to the `tokenizers` package's encode(text,
+//          add_special_tokens=False): added tokens in the text are recognised, BOS/EOS come
+//          from the post-processor. Other models, normalizers, pre-tokenizers and decoders
+//          are refused. tokenizer/hf_tokenizer.h.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +35,7 @@ class Tokenizer {
   // Text -> ids, without BOS/EOS (the input pipeline adds them).
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // Ids -> text; ids outside the vocabulary are invalid_argument. bytes and sentencepiece
-  // drop BOS/EOS; tiktoken writes special tokens as their text (as tiktoken does).
+  // drop BOS/EOS; tiktoken and huggingface write special tokens as their text.
   virtual Result<std::string> decode(const std::vector<int32_t>& ids) const = 0;
 };
 
@@ -46,7 +52,8 @@ class ByteTokenizer final : public Tokenizer {
 
 // tokenizer_type "bytes", "sentencepiece" (path: the .model file) or "tiktoken" (path: an
 // encoding name, a .tiktoken file or an encoder .json; `directory`: where names are looked up,
-// tokenizer_dir); huggingface is unimplemented, anything else invalid_argument.
+// tokenizer_dir) or "huggingface" (path: a tokenizer.json or a directory holding one);
+// anything else invalid_argument.
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const std::string& type, const std::string& path,
                                                   const std::string& directory = "");
 

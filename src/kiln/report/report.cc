@@ -126,6 +126,28 @@ std::string expert_load_section(const std::vector<RunView>& runs) {
   return out + "</section>";
 }
 
+// dataset_type=hf: the tokens each source gave, as of each run's last record.
+std::string data_section(const std::vector<RunView>& runs) {
+  std::string rows;
+  for (const RunView& v : runs) {
+    const RunData& run = *v.run;
+    int64_t total = 0;
+    for (const auto& [name, count] : run.data_tokens) total += count;
+    for (const auto& [name, count] : run.data_tokens) {
+      rows += fmt::format("<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td><td>{}</td><td>{}"
+                          "</td><td>{:.2f}%</td></tr>",
+                          v.color, html_escape(run.name), html_escape(name), count,
+                          total > 0 ? 100.0 * static_cast<double>(count) / static_cast<double>(total) : 0.0);
+    }
+  }
+  if (rows.empty()) return "";
+  return "<section id=\"data-section\"><h2>Data sources</h2><table><thead><tr><th>run</th><th>source</th><th>tokens "
+         "trained on</th><th>share</th></tr></thead><tbody>" +
+         rows +
+         "</tbody></table><p class=\"caption\">dataset_type=hf: tokens (padding excluded) each source of the stream "
+         "gave up to the run's last logged step; a mixture's weights are data_mixture in the config.</p></section>";
+}
+
 std::string notes_section(const std::vector<RunView>& runs) {
   std::string items;
   for (const RunView& v : runs) {
@@ -224,6 +246,7 @@ Result<std::string> render_report(const std::vector<std::string>& run_dirs, cons
   page += internal::summary_section(runs);
   page += charts_section(chartjs.has_value(), chartjs_file);
   page += expert_load_section(runs);
+  page += data_section(runs);
   page += internal::attribution_section(runs);
   page += "<div class=\"pair\">" + internal::census_section(runs) + internal::config_section(runs) + "</div>";
   page += internal::events_section(runs);

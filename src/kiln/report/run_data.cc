@@ -100,6 +100,14 @@ bool add_metrics_record(RunData& run, nlohmann::json& j) {
     m.column[field].push_back(v);
     if (j.contains(field) && (j[field].is_number() || j[field].is_null())) m.present[field] = true;
   }
+  auto tokens = j.find("data_tokens");
+  if (tokens != j.end() && tokens->is_object()) {
+    run.data_tokens.clear();
+    for (auto it = tokens->begin(); it != tokens->end(); ++it) {
+      if (it.value().is_number()) run.data_tokens.emplace_back(it.key(), it.value().get<int64_t>());
+    }
+    run.data_tokens_step = step;
+  }
   auto load = j.find("expert_load");
   if (load != j.end() && load->is_array() && !load->empty()) {
     std::vector<std::array<double, 3>> layers;

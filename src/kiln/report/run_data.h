@@ -56,6 +56,10 @@ struct RunData {
 
   Metrics metrics;
   ExpertLoad expert_load;
+  // dataset_type=hf: the last record's "data_tokens", tokens trained on per source (step
+  // data_tokens_step); empty without them.
+  std::vector<std::pair<std::string, int64_t>> data_tokens;
+  int64_t data_tokens_step = -1;
   LinesRead metrics_file, events_file;
   std::vector<nlohmann::json> events;  // every event object, in file order
 

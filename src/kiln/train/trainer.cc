@@ -350,7 +350,12 @@ Result<StepRecord> Trainer::run_step() {
   double data_wait_s = 0;
   // Each local device's rows of the global batch, as its batch arguments.
   std::vector<HostBatch> batches = prefetch_->next(&data_wait_s);
-  if (tokens_) tokens_->advance();
+  if (tokens_) {
+    // A stream that met a corrupt file stops the run here, before the step: the last
+    // checkpoint and every record stay as they are.
+    KILN_RETURN_IF_ERROR(tokens_->status());
+    tokens_->advance();
+  }
   for (int64_t d = 0; d < static_cast<int64_t>(batches.size()); ++d) {
     KILN_RETURN_IF_ERROR(runner_->set_local_arg(program_.batch_arg(0), batches[d].inputs, d));
     KILN_RETURN_IF_ERROR(runner_->set_local_arg(program_.batch_arg(1), batches[d].targets, d));
@@ -391,6 +396,7 @@ Result<StepRecord> Trainer::run_step() {
                                         {"peak", peaks_.source}}));
   }
   if (step_ % log_period_ == 0) r.expert_load = runner_->expert_load();
+  if (tokens_) r.data_tokens = tokens_->consumed_tokens();
 
   print(console_line(r));
   if (metrics_.is_open()) KILN_RETURN_IF_ERROR(metrics_.write(r));
@@ -421,7 +427,7 @@ void Trainer::start_prefetch() {
   // only this process's rows (batch_feed.h).
   const BatchFeed* feed = feed_.get();
   if (tokens_) {
-    data::TokenPipeline* p = tokens_.get();
+    data::BatchSource* p = tokens_.get();
     prefetch_ = std::make_unique<data::Prefetcher<std::vector<HostBatch>>>(
         [p, feed](int64_t k) {
           return feed->build([p, k](int64_t first, int64_t count) { return to_host_batch(p->rows(k, first, count)); });

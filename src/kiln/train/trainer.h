@@ -87,9 +87,9 @@ class Trainer {
   // Sees every instruction of the later steps on every device, in place of the profiler's
   // observer (kiln plan --calibrate times the kernels with it). Not owned; nullptr: none.
   void set_instruction_observer(backend::InstructionObserver* observer) { runner_->set_observer(observer); }
-  // dataset_type=tokens or text: the input pipeline (its state() is what a checkpoint
+  // dataset_type=tokens, text or hf: the input pipeline (its state() is what a checkpoint
   // saves); else null.
-  data::TokenPipeline* token_pipeline() const { return tokens_.get(); }
+  data::BatchSource* batch_source() const { return tokens_.get(); }
   // Eval loss and perplexity of the current parameters on the eval split (also printed);
   // failed_precondition without an eval split (eval_interval <= 0 or synthetic data).
   Result<double> evaluate();
@@ -132,10 +132,10 @@ class Trainer {
   TrainerOptions options_;
   StepProgram program_;
   SyntheticData data_{1, 1, 1, 0, true};
-  std::unique_ptr<data::TokenPipeline> tokens_;  // dataset_type=tokens (else synthetic data_)
-  // eval_interval > 0 with dataset_type=tokens: the held-out split, evaluated every
-  // eval_interval steps on eval_batches_ batches (eval_steps, or -1: the whole split).
-  std::unique_ptr<data::TokenPipeline> eval_tokens_;
+  std::unique_ptr<data::BatchSource> tokens_;  // dataset_type=tokens, text or hf (else synthetic data_)
+  // eval_interval > 0 with a real dataset: the held-out split (or the eval files), evaluated
+  // every eval_interval steps on eval_batches_ batches (eval_steps, or -1: the whole split).
+  std::unique_ptr<data::BatchSource> eval_tokens_;
   int64_t eval_interval_ = 0, eval_batches_ = 0;
   std::unique_ptr<EvalRunner> eval_runner_;  // the forward-only program (eval_program.h)
   std::vector<HostBatch> eval_data_;         // the eval batches: always the same, built once

@@ -95,9 +95,8 @@ checkpoint::CheckpointState Trainer::snapshot() const {
   s.data_iterator = data_json_;
   s.data_iterator["batches_consumed"] = step_;  // one batch per step (no gradient accumulation)
   if (tokens_) {
-    data::IteratorState it = tokens_->state();
-    s.data_iterator = {{"type", "tokens"}, {"sample", it.sample}, {"seed", it.seed}, {"fingerprint", it.fingerprint},
-                       {"batches_consumed", step_}};
+    s.data_iterator = tokens_->state();
+    s.data_iterator["batches_consumed"] = step_;
   }
   s.rng = rng_json_;
   return s;
@@ -166,15 +165,13 @@ Status Trainer::restore(const std::string& dir, bool full_state, const std::vect
     restored_step_ = state.step();
     // The data iterator: synthetic batches are numbered, so skip the consumed ones.
     if (tokens_) {
-      if (state.data_iterator().value("type", "") != "tokens") {
-        return failed_precondition("checkpoint {} was trained on {} data; this run reads dataset_type=tokens", step_dir,
-                                   state.data_iterator().value("type", "unknown"));
+      if (state.data_iterator().value("type", "") != tokens_->type()) {
+        return failed_precondition("checkpoint {} was trained on {} data; this run reads {}", step_dir,
+                                   state.data_iterator().value("type", "unknown"),
+                                   tokens_->type() == "hf" ? "dataset_type=hf" : "token shards (dataset_type=tokens or text)");
       }
-      data::IteratorState it;
-      it.sample = state.data_iterator().value("sample", int64_t{0});
-      it.seed = state.data_iterator().value("seed", uint64_t{0});
-      it.fingerprint = state.data_iterator().value("fingerprint", uint64_t{0});
-      KILN_RETURN_IF_ERROR(tokens_->restore(it));
+      Status restored = tokens_->restore(state.data_iterator());
+      if (!restored.ok()) return restored.with_context("checkpoint " + step_dir);
     } else {
       int64_t consumed = state.data_iterator().value("batches_consumed", state.step());
       for (int64_t k = 0; k < consumed; ++k) (void)data_.take();

@@ -20,6 +20,7 @@ Status Trainer::build_eval(const config::Config& config) {
                                                          options));
   // The eval batches never change: build them once, so an evaluation never waits for data.
   for (int64_t k = 0; k < eval_batches_; ++k) eval_data_.push_back(to_host_batch(eval_tokens_->batch(k)));
+  KILN_RETURN_IF_ERROR(eval_tokens_->status());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!eval_runner_->fallback_reason().empty()) {
     print(fmt::format("note: backend={}: the backend could not compile the eval program ({}); it runs on "

@@ -78,6 +78,11 @@ std::string json_line(const StepRecord& r) {
     line.insert(line.size() - 1, fmt::format(", \"collective_wait_s\": {}", number(r.collective_wait_s)));
   }
   if (!r.expert_load.empty()) line.insert(line.size() - 1, expert_load_json(r));  // before the closing brace
+  if (!r.data_tokens.empty()) {
+    nlohmann::json tokens = nlohmann::json::object();
+    for (const auto& [name, count] : r.data_tokens) tokens[name] = count;
+    line.insert(line.size() - 1, ", \"data_tokens\": " + tokens.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
   return line;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/base/status.h"
@@ -42,6 +43,10 @@ struct StepRecord {
   // pairs per expert and pairs dropped by the capacity, flattened [layers * 3]. Console:
   // ", expert_load (max/mean/dropped): [24/12/0, ...]"; JSON: "expert_load": [[24, 12, 0], ...].
   std::vector<double> expert_load;
+  // dataset_type=hf: tokens (padding excluded) trained on so far, this step included, per
+  // source of the stream ("data" alone, or each source of data_mixture); empty for other
+  // data. JSON: "data_tokens": {"fineweb": 123456, "stack": 52910} (not on the console).
+  std::vector<std::pair<std::string, int64_t>> data_tokens;
 };
 
 std::string console_line(const StepRecord& r);
