@@ -56,6 +56,17 @@ std::vector<double> losses_of(const fs::path& metrics) {
   return out;
 }
 
+// The "batch_hash" of every record, in order.
+std::vector<std::string> hashes_of(const fs::path& metrics) {
+  std::vector<std::string> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"batch_hash\": \"");
+    if (at != std::string::npos) out.push_back(line.substr(at + 15, 16));
+  }
+  return out;
+}
+
 class HfDataset : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HfDataset, TrainsGptOssTinyWithFallingLoss) {
@@ -102,7 +113,8 @@ TEST(HfDatasetMixture, PerSourceTokenCountsMatchTheWeights) {
 }
 
 // Run to 8 steps with a checkpoint at 4; the same run killed after step 5 and started again
-// resumes from step 4 and logs the uninterrupted run's losses for steps 4-7, bit for bit.
+// resumes from step 4 and logs the uninterrupted run's batches (by content hash) and losses
+// (bit for bit) for steps 4-7.
 void check_kill_and_resume(const std::string& mesh, const std::string& name) {
   const std::string data = "hf_path=" + (datasets() / "parquet").string() + " hf_data_dir=data ";
   const std::string common = tiny(data + "steps=8 checkpoint_period=4 async_checkpointing=false " + mesh);
@@ -111,6 +123,8 @@ void check_kill_and_resume(const std::string& mesh, const std::string& name) {
   ASSERT_EQ(a.exit_code, 0) << a.out << a.err;
   const std::vector<double> expected = losses_of(whole / "run" / "metrics.jsonl");
   ASSERT_EQ(expected.size(), 8u);
+  const std::vector<std::string> expected_hashes = hashes_of(whole / "run" / "metrics.jsonl");
+  ASSERT_EQ(expected_hashes.size(), 8u);
 
   const fs::path killed = kiln::testing::fresh_temp_dir("kiln_hf_killed_" + name);
   const fs::path metrics = killed / "run" / "metrics.jsonl";
@@ -136,7 +150,12 @@ void check_kill_and_resume(const std::string& mesh, const std::string& name) {
   EXPECT_NE(b.out.find("restored the full training state of step 4"), std::string::npos) << b.out;
   const std::vector<double> resumed = losses_of(metrics);
   ASSERT_EQ(resumed.size(), 8u) << "metrics.jsonl keeps each step once";
-  for (size_t s = 0; s < 8; ++s) EXPECT_EQ(resumed[s], expected[s]) << "step " << s << " (" << name << ")";
+  const std::vector<std::string> hashes = hashes_of(metrics);
+  ASSERT_EQ(hashes.size(), 8u);
+  for (size_t s = 0; s < 8; ++s) {
+    EXPECT_EQ(hashes[s], expected_hashes[s]) << "the batch of step " << s << " (" << name << ")";
+    EXPECT_EQ(resumed[s], expected[s]) << "step " << s << " (" << name << ")";
+  }
 }
 
 TEST(HfDatasetResume, KilledAndResumedOnOneDeviceSeesTheSameBatches) { check_kill_and_resume("", "one"); }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,10 @@ class BatchSource {
   // Tokens (padding excluded) of the batches the steps consumed so far, per named source of a
   // mixture; empty where the source does not count them.
   virtual std::vector<std::pair<std::string, int64_t>> consumed_tokens() const { return {}; }
+  // A content hash of global batch k (FNV-1a 64 over its inputs, targets, positions and
+  // segment ids, row-major) where the source keeps one: a run's batches compared across
+  // restarts and meshes by metrics.jsonl alone. nullopt where it does not.
+  virtual std::optional<uint64_t> batch_hash(int64_t k) const { return std::nullopt; }
 };
 
 }  // namespace kiln::data

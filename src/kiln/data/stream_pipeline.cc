@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <numeric>
+#include <string_view>
 #include <thread>
 #include <tuple>
 
@@ -367,6 +368,11 @@ Status StreamPipeline::build_next() {
   b.positions.assign(n, 0);
   b.segmentation.assign(n, 0);
   for (int64_t r = 0; r < G; ++r) KILN_RETURN_IF_ERROR(next_row(*sources_[source_of_row(k * G + r)], b, r));
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const std::vector<int32_t>* v : {&b.inputs, &b.targets, &b.positions, &b.segmentation}) {
+    h = fnv1a64(std::string_view(reinterpret_cast<const char*>(v->data()), v->size() * sizeof(int32_t)), h);
+  }
+  hash_of_[k] = h;
   batch_ = std::move(b);
   built_ = k;
   Start next;
@@ -446,6 +452,17 @@ int64_t StreamPipeline::next_batch_index() const {
 void StreamPipeline::advance() {
   std::lock_guard<std::mutex> lock(mu_);
   ++next_batch_;
+  // Batches before the one just consumed are never asked for again (only an eval stream,
+  // which never advances, goes back): their positions and hashes go.
+  start_at_.erase(start_at_.begin(), start_at_.lower_bound(next_batch_ - 1));
+  hash_of_.erase(hash_of_.begin(), hash_of_.lower_bound(next_batch_ - 1));
+}
+
+std::optional<uint64_t> StreamPipeline::batch_hash(int64_t k) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = hash_of_.find(k);
+  if (it == hash_of_.end()) return std::nullopt;
+  return it->second;
 }
 
 StreamCursor StreamPipeline::cursor_of(int64_t k, size_t source) const {

@@ -121,6 +121,8 @@ class StreamPipeline final : public BatchSource {
   std::vector<std::pair<std::string, int64_t>> consumed_tokens() const override;
   // The source of global row i (the mixture's schedule).
   size_t source_of_row(int64_t i) const;
+  // Kept from building a batch until the step after it is consumed.
+  std::optional<uint64_t> batch_hash(int64_t k) const override;
 
  private:
   class DocumentFeed;
@@ -147,6 +149,7 @@ class StreamPipeline final : public BatchSource {
   bool positioned_ = false;            // the sources' feeds stand at batch built_ + 1's start
   Batch batch_;                        // global batch built_, all rows
   Status error_ = ok_status();         // the first error rows() met
+  std::map<int64_t, uint64_t> hash_of_;  // batch -> content hash, from building it
 };
 
 }  // namespace kiln::data

@@ -350,10 +350,12 @@ Result<StepRecord> Trainer::run_step() {
   double data_wait_s = 0;
   // Each local device's rows of the global batch, as its batch arguments.
   std::vector<HostBatch> batches = prefetch_->next(&data_wait_s);
+  std::optional<uint64_t> batch_hash;
   if (tokens_) {
     // A stream that met a corrupt file stops the run here, before the step: the last
     // checkpoint and every record stay as they are.
     KILN_RETURN_IF_ERROR(tokens_->status());
+    batch_hash = tokens_->batch_hash(tokens_->next_batch_index());
     tokens_->advance();
   }
   for (int64_t d = 0; d < static_cast<int64_t>(batches.size()); ++d) {
@@ -397,6 +399,7 @@ Result<StepRecord> Trainer::run_step() {
   }
   if (step_ % log_period_ == 0) r.expert_load = runner_->expert_load();
   if (tokens_) r.data_tokens = tokens_->consumed_tokens();
+  if (batch_hash) r.batch_hash = fmt::format("{:016x}", *batch_hash);
 
   print(console_line(r));
   if (metrics_.is_open()) KILN_RETURN_IF_ERROR(metrics_.write(r));

@@ -47,6 +47,9 @@ struct StepRecord {
   // source of the stream ("data" alone, or each source of data_mixture); empty for other
   // data. JSON: "data_tokens": {"fineweb": 123456, "stack": 52910} (not on the console).
   std::vector<std::pair<std::string, int64_t>> data_tokens;
+  // dataset_type=hf: the content hash of the step's global batch (BatchSource::batch_hash),
+  // as 16 hex digits in JSON ("batch_hash"); empty for other data.
+  std::string batch_hash;
 };
 
 std::string console_line(const StepRecord& r);
