@@ -90,6 +90,7 @@ bench: build
 	/usr/bin/python3 bench/init_vs_interpreted.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/plan_vs_measured.py --kiln $(BUILD_DIR)/kiln
 	/usr/bin/python3 bench/pjrt_vs_cpu.py --kiln $(BUILD_DIR)/kiln
+	.venv/bin/python bench/data_vs_step.py --kiln $(BUILD_DIR)/kiln
 	@bash scripts/setup_venv.sh python/requirements-parity.txt
 	@bash scripts/setup_venv.sh python/requirements-bench.txt
 	/usr/bin/python3 bench/peers.py --kiln $(BUILD_DIR)/kiln

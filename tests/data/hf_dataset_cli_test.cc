@@ -187,6 +187,15 @@ TEST(HfDatasetErrors, BadInputIsOneLineNamingWhatIsWrong) {
   EXPECT_NE(e.find("needs eval_steps > 0"), std::string::npos) << e;
   e = error_of("hf_path=" + (datasets() / "zst").string() + " data_mixture='" + parquet + ",0.7;x'");
   EXPECT_NE(e.find("data_mixture entry 'x': expected DIR[:GLOB],WEIGHT"), std::string::npos) << e;
+  e = error_of("data_mixture='" + parquet + ",0.7;" + (datasets() / "zst").string() + ",-0.3'");
+  EXPECT_NE(e.find(",-0.3': expected DIR[:GLOB],WEIGHT with a weight > 0"), std::string::npos) << e;
+  e = error_of("data_mixture='" + parquet + ",0'");
+  EXPECT_NE(e.find("with a weight > 0"), std::string::npos) << e;
+  fs::create_directories(out / "empty");
+  e = error_of("hf_path=" + (out / "empty").string());
+  EXPECT_NE(e.find("empty"), std::string::npos) << e;
+  // Refused before anything is written: no run directory, so no checkpoint or record.
+  EXPECT_FALSE(fs::exists(out / "e")) << "a refused run wrote its directory";
   // A corrupt file met mid-run (the second file, cut short) stops the run before the step
   // that would have read it, in one line naming the file; the steps before it are logged.
   const fs::path cut = out / "cut";

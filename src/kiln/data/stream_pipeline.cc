@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <string_view>
 #include <thread>
@@ -42,6 +43,67 @@ bool in_split(Split split, int64_t document) {
 }
 
 }  // namespace
+
+// Threads that stay for the feed's life (a tokenizer's per-thread caches of merged pieces
+// stay warm): run(n, fn) calls fn(i) for i < n, i = t mod threads on thread t, the calling
+// thread being thread 0, and returns when all are done.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int threads) {
+    for (int t = 1; t < std::max(1, threads); ++t) workers_.emplace_back([this, t] { loop(t); });
+  }
+  ~WorkerPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  void run(size_t n, const std::function<void(size_t)>& fn) {
+    const size_t threads = workers_.size() + 1;
+    if (threads == 1 || n < 2) {
+      for (size_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      n_ = n;
+      pending_ = workers_.size();
+      ++generation_;
+    }
+    cv_.notify_all();
+    for (size_t i = 0; i < n; i += threads) fn(i);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void loop(int t) {
+    uint64_t seen = 0;
+    while (true) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      const std::function<void(size_t)>* fn = fn_;
+      const size_t n = n_, threads = workers_.size() + 1;
+      lock.unlock();
+      for (size_t i = static_cast<size_t>(t); i < n; i += threads) (*fn)(i);
+      lock.lock();
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  const std::function<void(size_t)>* fn_ = nullptr;
+  size_t n_ = 0, pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
 
 // One source: what it reads and where its packing stands.
 struct StreamPipeline::Source {
@@ -121,19 +183,7 @@ class StreamPipeline::DocumentFeed {
       out.insert(out.end(), ids.begin(), ids.end());
       if (o.add_eos) out.push_back(tok.eos_id());
     };
-    const size_t n = texts.size();
-    const size_t threads = std::min<size_t>(std::max(1, o.threads), n);
-    if (threads <= 1) {
-      for (size_t i = 0; i < n; ++i) one(i);
-    } else {
-      std::vector<std::thread> pool;
-      for (size_t t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {
-          for (size_t i = t; i < n; i += threads) one(i);
-        });
-      }
-      for (auto& t : pool) t.join();
-    }
+    pool_.run(texts.size(), one);
     if (o.model_vocab > 0) {
       for (const Doc& d : docs) {
         for (int32_t id : d.tokens) {
@@ -214,6 +264,7 @@ class StreamPipeline::DocumentFeed {
   const StreamOptions& options_;
   const Tokenizer& tokenizer_;
   const StreamCursor start_;
+  WorkerPool pool_{options_.threads};
   std::vector<int64_t> order_;  // this epoch's file order (the producer thread's)
   std::mutex mu_;
   std::condition_variable cv_;

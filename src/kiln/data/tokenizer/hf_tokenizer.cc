@@ -83,9 +83,9 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::from_json(const std::string& f
   t->file_ = file;
   t->nfc_ = spec.nfc;
   if (spec.nfc && !nfc_available()) {
-    return unimplemented("{}: normalizer NFC needs ICU, which this build lacks (install libicu-dev, e.g. with "
-                         "scripts/setup.sh libicu-dev, and reconfigure)",
-                         file);
+    return unimplemented("{}: normalizer NFC needs ICU, through Kiln's NFC module, and {} (install libicu-dev, "
+                         "e.g. with scripts/setup.sh, and rebuild; or set KILN_NFC_MODULE to libkiln_nfc.so)",
+                         file, nfc_unavailable_reason());
   }
   Result<std::unique_ptr<hf::PreTokenizer>> pre = hf::PreTokenizer::compile(spec.pre_tokenizer);
   if (!pre.ok()) return pre.status().with_context(file + ": pre_tokenizer");
