@@ -80,8 +80,11 @@ Attribution attribute(const StepTotals& t, double model_tflops, const Peaks& pea
     std::string rate = "-";
     if (f.seconds > 0) {
       const double gbs = f.bytes / f.seconds / 1e9;
+      // Above 100% the kernels' bytes partly came from the caches, not memory: the triad
+      // measures DRAM, and a layer's activations can sit in a large L3.
       rate = peaks.memory_gbs > 0
-                 ? fmt::format("{:.1f} GB/s = {:.0f}% of {:.1f} GB/s", gbs, 100.0 * gbs / peaks.memory_gbs, peaks.memory_gbs)
+                 ? fmt::format("{:.1f} GB/s = {:.0f}% of {:.1f} GB/s{}", gbs, 100.0 * gbs / peaks.memory_gbs,
+                               peaks.memory_gbs, gbs > peaks.memory_gbs ? " (cached)" : "")
                  : fmt::format("{:.1f} GB/s (bandwidth not measured)", gbs);
     }
     add("fused elementwise", seconds, 0, rate);

@@ -3,8 +3,10 @@
 // operations (float32 whatever the input dtype) and typed element access.
 #pragma once
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__)
 // GCC 12 warns of an uninitialized value inside many AVX-512 intrinsics (they pass
 // _mm512_undefined_ps() as the masked-off source; GCC bug 105593): not a bug here.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -63,6 +65,36 @@ inline __m512 exp16(__m512 x) {
   __m512 r = _mm512_scalef_ps(p, n);
   return _mm512_maskz_mov_ps(keep, r);
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+// exp16's method on 8 lanes: 2^n by adding n to the exponent bits (n in [-126, 128) here).
+inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);  // false below -87, for -inf and NaN
+  const __m256 t = _mm256_mul_ps(_mm256_blendv_ps(lo, x, keep), _mm256_set1_ps(1.44269504088896341f));
+  const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_mul_ps(_mm256_sub_ps(t, n), _mm256_set1_ps(0.693147180559945309f));
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), keep);
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
 #endif
 
 // The maximum of a row (exact whatever the order: a tree of vector maxima, where the scalar
@@ -73,6 +105,13 @@ inline float row_max(const float* s) {
   const __m512 a = _mm512_max_ps(_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16));
   const __m512 b = _mm512_max_ps(_mm512_loadu_ps(s + 32), _mm512_loadu_ps(s + 48));
   return _mm512_reduce_max_ps(_mm512_max_ps(a, b));
+#elif defined(__AVX2__) && defined(__FMA__)
+  static_assert(kBk == 64, "eight 8-lane loads cover a row");
+  __m256 a = _mm256_max_ps(_mm256_loadu_ps(s), _mm256_loadu_ps(s + 8));
+  __m256 b = _mm256_max_ps(_mm256_loadu_ps(s + 16), _mm256_loadu_ps(s + 24));
+  a = _mm256_max_ps(a, _mm256_max_ps(_mm256_loadu_ps(s + 32), _mm256_loadu_ps(s + 40)));
+  b = _mm256_max_ps(b, _mm256_max_ps(_mm256_loadu_ps(s + 48), _mm256_loadu_ps(s + 56)));
+  return hmax8(_mm256_max_ps(a, b));
 #else
   float m = kNegInf;
   for (int64_t c = 0; c < kBk; ++c) m = std::max(m, s[c]);
@@ -91,6 +130,18 @@ inline float exp_row(float* s, float m) {
     sum = _mm512_add_ps(sum, p);
   }
   return _mm512_reduce_add_ps(sum);
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0;
+  for (int c = 0; c < kBk; c += 16) {
+    const __m256 p0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c), mv));
+    const __m256 p1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c + 8), mv));
+    _mm256_storeu_ps(s + c, p0);
+    _mm256_storeu_ps(s + c + 8, p1);
+    sum0 = _mm256_add_ps(sum0, p0);
+    sum1 = _mm256_add_ps(sum1, p1);
+  }
+  return hsum8(_mm256_add_ps(sum0, sum1));
 #else
   float sum = 0;
   for (int64_t c = 0; c < kBk; ++c) {
@@ -109,6 +160,13 @@ inline void exp_row_ds(float* s, float* dp, float lse, float d) {
     __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + c), lv));
     _mm512_storeu_ps(s + c, p);
     _mm512_storeu_ps(dp + c, _mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(dp + c), dv)));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 lv = _mm256_set1_ps(lse), dv = _mm256_set1_ps(d);
+  for (int c = 0; c < kBk; c += 8) {
+    const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c), lv));
+    _mm256_storeu_ps(s + c, p);
+    _mm256_storeu_ps(dp + c, _mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dp + c), dv)));
   }
 #else
   for (int64_t c = 0; c < kBk; ++c) {

@@ -285,6 +285,62 @@ void tile_logits<64>(const float* q, const float* kt, int64_t nq, int64_t, float
     _mm512_storeu_ps(s0 + 48, _mm512_mul_ps(a3, m));
   }
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+// The same kernels on 256-bit vectors (AVX2 CPUs: Zen 1-3, older Xeons), Dh = 64: eight
+// vectors per row, accumulators in registers (the generic loops keep them in a stack array,
+// a load and a store around every FMA).
+template <>
+inline void accumulate_row<64>(const float* w, const float* rows, int64_t n, int64_t, float alpha, float* acc) {
+  const __m256 al = _mm256_set1_ps(alpha);
+  __m256 a[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * i), al);
+  for (int64_t c = 0; c < n; ++c) {
+    const __m256 wc = _mm256_set1_ps(w[c]);
+    const float* r = rows + c * 64;
+    for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(wc, _mm256_loadu_ps(r + 8 * i), a[i]);
+  }
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(acc + 8 * i, a[i]);
+}
+
+// dk and dv in two passes over the tile's rows: eight accumulators each, where both at once
+// would need all sixteen registers and spill.
+template <>
+inline void accumulate_kv_grads<64>(const float* p, const float* ds, const float* q, const float* dout, int64_t nq,
+                                    int64_t nk, int64_t, float* dk, float* dv) {
+  for (int64_t c = 0; c < nk; ++c) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const float* w = pass == 0 ? ds : p;
+      const float* x = pass == 0 ? q : dout;
+      float* out = (pass == 0 ? dk : dv) + c * 64;
+      __m256 a[8];
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+      for (int64_t r = 0; r < nq; ++r) {
+        const __m256 wr = _mm256_set1_ps(w[r * kBk + c]);
+        const float* xr = x + r * 64;
+        for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(wr, _mm256_loadu_ps(xr + 8 * i), a[i]);
+      }
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_add_ps(_mm256_loadu_ps(out + 8 * i), a[i]));
+    }
+  }
+}
+
+// One query row at a time: eight accumulators for the 64 keys of the tile.
+template <>
+void tile_logits<64>(const float* q, const float* kt, int64_t nq, int64_t, float mul, float* s) {
+  const __m256 m = _mm256_set1_ps(mul);
+  for (int64_t r = 0; r < nq; ++r) {
+    __m256 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+    const float* q0 = q + r * 64;
+    for (int e = 0; e < 64; ++e) {
+      const float* k = kt + e * kBk;
+      const __m256 x = _mm256_set1_ps(q0[e]);
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(x, _mm256_loadu_ps(k + 8 * i), a[i]);
+    }
+    float* s0 = s + r * kBk;
+    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(s0 + 8 * i, _mm256_mul_ps(a[i], m));
+  }
+}
 #endif
 
 // ---- forward ----
