@@ -118,6 +118,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
     t->print(fmt::format("run_name is empty: using run_name={}", t->run_name_));
   }
   t->output_dir_ = (std::filesystem::path(config.get_string("base_output_directory")) / t->run_name_).string();
+  // One writer per run directory and rank, taken before anything is compiled or written.
+  if (options.write_metrics_file) {
+    KILN_ASSIGN_OR_RETURN(t->run_lock_, RunLock::acquire(t->output_dir_, launcher_rank()));
+  }
 
   // Start-up report: parameters and FLOPs, as MaxText logs them.
   const std::vector<models::ParamSpec>& specs = t->model_->params();

@@ -33,6 +33,7 @@
 #include "kiln/train/observability/observability.h"
 #include "kiln/train/observability/peaks.h"
 #include "kiln/train/observability/run_events.h"
+#include "kiln/train/run_lock.h"
 #include "kiln/train/step/eval_program.h"
 #include "kiln/train/step/step_program.h"
 #include "kiln/train/step/step_runner.h"
@@ -128,6 +129,9 @@ class Trainer {
   // run's dtype and cut to each local device's block (trainer_checkpoint.cc).
   Status restore_from_hf(const std::string& dir, const std::vector<models::ParamSpec>& specs);
 
+  // Held while the trainer lives (run_lock.h); first, so it is released after every writer
+  // below has flushed.
+  std::unique_ptr<RunLock> run_lock_;
   std::unique_ptr<models::Model> model_;
   TrainerOptions options_;
   StepProgram program_;
