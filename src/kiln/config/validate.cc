@@ -1,6 +1,7 @@
 #include "kiln/config/validate.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <set>
 
@@ -395,7 +396,6 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& enum_keys()
       {"hardware", {"cpu"}},
       {"dtype", {"float32", "bfloat16"}},
       {"weight_dtype", {"float32", "bfloat16"}},
-      {"grad_dtype", {"float32", "bfloat16"}},
       {"grad_reduce_dtype", {"", "float32", "bfloat16"}},
       {"mu_dtype", {"", "float32", "bfloat16"}},
       {"matmul_precision", {"default", "high", "highest"}},
@@ -414,10 +414,65 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& enum_keys()
   return kEnums;
 }
 
+const std::vector<SingleValueKey>& single_value_keys() {
+  static const std::vector<SingleValueKey> kKeys = {
+      {"param_scan_axis", "1", "Kiln lays out stacked parameters itself and does not move their layer axis"},
+      {"float32_qk_product", "true", "Kiln's attention always forms q·k in float32 (bf16 inputs, f32 sums)"},
+      {"float32_logits", "true", "Kiln's attention softmax is always float32"},
+      {"routed_bias_update_rate", "0.0",
+       "the auxiliary-loss-free bias update belongs to DeepSeek-V3's routing, which Kiln does not have yet"},
+      {"ragged_buffer_factor", "-1.0",
+       "expert-parallel exchange buffers hold the worst case, dropless (num_moe_chunks bounds them); a smaller "
+       "factor that could drop tokens is not implemented"},
+      {"grad_dtype", "float32",
+       "gradients are float32; grad_reduce_dtype=bfloat16 makes their reductions bf16"},
+      {"max_segments_per_seq", "-1", "packing places as many documents in a row as fit"},
+      {"eval_per_device_batch_size", "0.0", "eval runs batches of per_device_batch_size"},
+      {"shard_optimizer_over_data", "false",
+       "optimizer state is sharded exactly as its parameter (fsdp, tensor, expert); ZeRO-1 over the data axis is "
+       "not implemented"},
+  };
+  return kKeys;
+}
+
+const std::vector<std::pair<std::string, std::string>>& same_program_keys() {
+  static const std::vector<std::pair<std::string, std::string>> kKeys = {
+      {"megablox",
+       "MaxText's choice between its grouped-matmul kernel and ragged_dot: Kiln's one grouped-matmul kernel computes "
+       "the same products either way"},
+  };
+  return kKeys;
+}
+
+namespace {
+
+Status check_single_value_keys(const Config& c) {
+  for (const SingleValueKey& k : single_value_keys()) {
+    const std::string value = c.get(k.key).to_yaml();
+    bool same = value == k.value;
+    if (!same) {
+      // Numbers compare by value (1 and 1.0, -1 and -1.0).
+      char* end = nullptr;
+      const double a = std::strtod(value.c_str(), &end);
+      const bool a_number = end != value.c_str() && *end == '\0';
+      const double b = std::strtod(k.value.c_str(), &end);
+      const bool b_number = end != k.value.c_str() && *end == '\0';
+      same = a_number && b_number && a == b;
+    }
+    if (!same) {
+      return unimplemented("{}: Kiln implements only {}={} ({})", setting(c, k.key), k.key, k.value, k.why);
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Result<Derived> validate_and_derive(const Config& c, int64_t num_ranks) {
   for (const auto& [key, choices] : enum_keys()) {
     KILN_RETURN_IF_ERROR(check_enum(c, key, choices));
   }
+  KILN_RETURN_IF_ERROR(check_single_value_keys(c));
   KILN_RETURN_IF_ERROR(check_int_ranges(c));
   KILN_RETURN_IF_ERROR(check_float_ranges(c));
   KILN_RETURN_IF_ERROR(check_exclusive_keys(c));
