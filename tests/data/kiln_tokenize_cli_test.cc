@@ -31,6 +31,7 @@ const std::string kTokenizerDir = kiln::testing::tiktoken_test_dir();
 const std::string kHarmony = " tokenizer_type=tiktoken tokenizer_path=o200k_harmony";
 
 TEST(KilnTokenizeCli, TiktokenIdsAndDecodeOnStdin) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   // Ids from the npm package tiktoken (tests/reference/tiktoken_ref.js): "Hello world" is
   // [13225, 2375] in o200k; <|start|> and <|end|> are harmony's 200006 and 200007.
   CliRun ids = kiln("tokenize --ids" + kHarmony, "Hello world\n\n<|endoftext|>\n");
@@ -76,6 +77,7 @@ TEST(KilnTokenizeCli, BadTokenizerInputIsOneLineAndExitCode2) {
 // A rank file that is missing, truncated or altered, an unknown name and a missing directory:
 // one line naming the file (and the line) and what is accepted, exit code 2.
 TEST(KilnTokenizeCli, BadTiktokenFilesAreOneLineNamingTheFile) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   auto one_line = [](const CliRun& r) { return std::count(r.err.begin(), r.err.end(), '\n') == 1; };
   const std::string dir = temp("encodings");
   std::filesystem::create_directories(dir);
@@ -130,6 +132,7 @@ TEST(KilnTokenizeCli, BadTiktokenFilesAreOneLineNamingTheFile) {
 }
 
 TEST(KilnTokenizeCli, FilesToShardsWithProgressAndAResumingReRun) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   std::string plain = temp("corpus.txt"), jsonl = temp("docs.jsonl"), out = temp("shards");
   {
     std::ofstream p(plain), j(jsonl);

@@ -169,6 +169,7 @@ const nlohmann::json& reference() {
 }
 
 TEST(TiktokenReference, IdsEqualThePypiPackageForEveryEncoding) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   const nlohmann::json& ref = reference();
   ASSERT_FALSE(ref.is_null());
   std::vector<std::string> texts = reference_texts();
@@ -192,6 +193,7 @@ TEST(TiktokenReference, IdsEqualThePypiPackageForEveryEncoding) {
 
 // Kiln's one table of encodings (pattern, special tokens, file) is tiktoken's.
 TEST(TiktokenReference, TableEqualsThePypiPackage) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   const nlohmann::json& ref = reference();
   ASSERT_FALSE(ref.is_null());
   for (const char* name : kEncodings) {
@@ -212,6 +214,7 @@ TEST(TiktokenReference, TableEqualsThePypiPackage) {
 // <|endofprompt|> (o200k_base's second name for 200018, which tiktoken's o200k_harmony keeps).
 // Kiln follows tiktoken; the test pins exactly that difference, so any other change fails.
 TEST(TiktokenReference, HarmonySpecialTokensEqualOpenaiHarmony) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   const nlohmann::json& ref = reference();
   ASSERT_FALSE(ref.is_null());
   ASSERT_TRUE(ref.contains("harmony"));
@@ -248,6 +251,7 @@ TEST(TiktokenReference, HarmonySpecialTokensEqualOpenaiHarmony) {
 }
 
 TEST(Tiktoken, PublishedFilesMatchTheTable) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   for (const TiktokenEncoding& e : tiktoken_encodings()) {
     SCOPED_TRACE(std::string(e.name));
     std::string text = testing::read_text_file(kTokenizerDir + "/" + std::string(e.file));
@@ -289,6 +293,7 @@ TEST(TiktokenFile, MalformedLinesNameTheFileAndLine) {
 }
 
 TEST(Tiktoken, HarmonyHasGptOssVocabAndSpecialIds) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   const TiktokenTokenizer& t = tokenizer("o200k_harmony");
   EXPECT_EQ(t.name(), "tiktoken:o200k_harmony");
   EXPECT_EQ(t.vocab_size(), 201088);
@@ -309,6 +314,7 @@ TEST(Tiktoken, HarmonyHasGptOssVocabAndSpecialIds) {
 }
 
 TEST(Tiktoken, OnlyAllowedSpecialTokensAreRecognised) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   auto some = TiktokenTokenizer::load("o200k_harmony", {{"<|end|>"}});
   ASSERT_TRUE(some.ok()) << some.status().message();
   std::vector<int32_t> ids = (*some)->encode("<|start|>x<|end|>");
@@ -321,6 +327,7 @@ TEST(Tiktoken, OnlyAllowedSpecialTokensAreRecognised) {
 }
 
 TEST(Tiktoken, InvalidUtf8RoundTripsByteForByte) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   const TiktokenTokenizer& t = tokenizer("cl100k_base");
   std::string text = "ok \xff\xfe bytes \xc3 cut \xe6\x97 end\x80";
   std::vector<int32_t> ids = t.encode(text);
@@ -329,6 +336,7 @@ TEST(Tiktoken, InvalidUtf8RoundTripsByteForByte) {
 }
 
 TEST(Tiktoken, BadTokenizerPathIsOneLineNamingTheKey) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   auto unknown = make_tokenizer("tiktoken", "o300k");
   EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(unknown.status().message().find("tokenizer_path=o300k"), std::string::npos);

@@ -158,6 +158,7 @@ TEST(TokenizeCorpus, JsonlTextFieldAndErrorsNameTheFileAndLine) {
 }
 
 TEST(TokenizeCorpus, TokenWidthFollowsTheVocabulary) {
+  KILN_REQUIRE_TIKTOKEN_FILES();
   std::string in = temp("width.txt");
   write_bytes(in, "Hello tokenizer world, <|endoftext|> stays text.\n\nSecond document.\n");
   auto width = [](const std::string& dir) { return static_cast<int>(read_bytes(dir + "/shard_00000.bin")[12]); };
