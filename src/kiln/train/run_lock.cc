@@ -53,7 +53,7 @@ int64_t launcher_rank() {
 Result<std::unique_ptr<RunLock>> RunLock::acquire(const std::string& run_dir, int64_t rank) {
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
-  if (ec) return io_error("cannot create the run directory {}: {}", run_dir, ec.message());
+  if (ec) return io_error("cannot create directory {}: {}", run_dir, ec.message());
   const std::string path = (std::filesystem::path(run_dir) / fmt::format(".lock.rank{}", rank)).string();
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return io_error("cannot open the run lock {}: {}", path, std::strerror(errno));
