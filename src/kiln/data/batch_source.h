@@ -28,6 +28,19 @@ namespace kiln::data {
 struct Batch {
   int64_t batch = 0, seq_len = 0;
   std::vector<int32_t> inputs, targets, positions, segmentation;
+
+  // `rows` rows of `seq_len` zeros: all padding (segment id 0) until rows are filled in.
+  static Batch zeros(int64_t rows, int64_t seq_len) {
+    Batch b;
+    b.batch = rows;
+    b.seq_len = seq_len;
+    const size_t n = static_cast<size_t>(rows * seq_len);
+    b.inputs.assign(n, 0);
+    b.targets.assign(n, 0);
+    b.positions.assign(n, 0);
+    b.segmentation.assign(n, 0);
+    return b;
+  }
 };
 
 // Train/eval split by document: every kEvalStride-th document (token pipeline: counting the

@@ -150,14 +150,7 @@ Batch TokenPipeline::rows(int64_t k, int64_t first, int64_t count) const {
   const int64_t G = options_.global_batch, T = options_.seq_len;
   KILN_CHECK(first >= 0 && count >= 0 && first + count <= G) << "rows [" << first << ", " << first + count
                                                                << ") of a global batch of " << G;
-  Batch out;
-  out.batch = count;
-  out.seq_len = T;
-  const size_t n = static_cast<size_t>(count * T);
-  out.inputs.assign(n, 0);
-  out.targets.assign(n, 0);
-  out.positions.assign(n, 0);
-  out.segmentation.assign(n, 0);
+  Batch out = Batch::zeros(count, T);
   for (int64_t r = 0; r < count; ++r) fill_row(row_of(k * G + first + r), r, out);
   return out;
 }

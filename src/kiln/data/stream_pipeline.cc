@@ -410,14 +410,7 @@ Status StreamPipeline::next_row(Source& s, Batch& b, int64_t r) {
 
 Status StreamPipeline::build_next() {
   const int64_t k = built_ + 1, G = options_.global_batch, T = options_.seq_len;
-  Batch b;
-  b.batch = G;
-  b.seq_len = T;
-  const size_t n = static_cast<size_t>(G * T);
-  b.inputs.assign(n, 0);
-  b.targets.assign(n, 0);
-  b.positions.assign(n, 0);
-  b.segmentation.assign(n, 0);
+  Batch b = Batch::zeros(G, T);
   for (int64_t r = 0; r < G; ++r) KILN_RETURN_IF_ERROR(next_row(*sources_[source_of_row(k * G + r)], b, r));
   uint64_t h = 0xcbf29ce484222325ull;
   for (const std::vector<int32_t>* v : {&b.inputs, &b.targets, &b.positions, &b.segmentation}) {
@@ -479,15 +472,7 @@ Batch StreamPipeline::rows(int64_t k, int64_t first, int64_t count) {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_.ok()) error_ = b.status();
   }
-  Batch zeros;
-  zeros.batch = count;
-  zeros.seq_len = options_.seq_len;
-  const size_t n = static_cast<size_t>(count * options_.seq_len);
-  zeros.inputs.assign(n, 0);
-  zeros.targets.assign(n, 0);
-  zeros.positions.assign(n, 0);
-  zeros.segmentation.assign(n, 0);
-  return zeros;
+  return Batch::zeros(count, options_.seq_len);
 }
 
 Status StreamPipeline::status() const {

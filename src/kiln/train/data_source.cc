@@ -16,15 +16,11 @@ namespace kiln::train {
 
 namespace {
 
-// The shards at `path`, packed into batches of `rows` rows of max_target_length tokens
-// (docs/data.md): the global batch of a step (every micro-batch of it) for training, one
-// micro-batch for eval. Errors carry "dataset_path=...".
-Result<std::unique_ptr<data::BatchSource>> open_pipeline(const config::Config& config, const std::string& path,
-                                                           data::Split split, int64_t rows) {
-  const std::string context = "dataset_path=" + config.get_string("dataset_path");
-  Result<std::vector<std::unique_ptr<data::Shard>>> shards = data::open_shards(path);
-  if (!shards.ok()) return shards.status().with_context(context);
-  data::PipelineOptions o;
+// The packing keys both pipelines read (PipelineOptions, StreamOptions): `rows` rows of
+// max_target_length per batch.
+template <typename Options>
+Options packing_options(const config::Config& config, int64_t rows, data::Split split) {
+  Options o;
   o.global_batch = rows;
   o.seq_len = config.get_int("max_target_length");
   o.model_vocab = config.get_int("vocab_size");
@@ -33,6 +29,18 @@ Result<std::unique_ptr<data::BatchSource>> open_pipeline(const config::Config& c
   o.packing = config.get_bool("packing");
   o.seed = static_cast<uint64_t>(config.get_int("data_shuffle_seed"));
   o.split = split;
+  return o;
+}
+
+// The shards at `path`, packed into batches of `rows` rows of max_target_length tokens
+// (docs/data.md): the global batch of a step (every micro-batch of it) for training, one
+// micro-batch for eval. Errors carry "dataset_path=...".
+Result<std::unique_ptr<data::BatchSource>> open_pipeline(const config::Config& config, const std::string& path,
+                                                           data::Split split, int64_t rows) {
+  const std::string context = "dataset_path=" + config.get_string("dataset_path");
+  Result<std::vector<std::unique_ptr<data::Shard>>> shards = data::open_shards(path);
+  if (!shards.ok()) return shards.status().with_context(context);
+  const data::PipelineOptions o = packing_options<data::PipelineOptions>(config, rows, split);
   Result<std::unique_ptr<data::TokenPipeline>> p = data::TokenPipeline::create(std::move(*shards), o);
   if (!p.ok()) return p.status().with_context(context);
   return std::unique_ptr<data::BatchSource>(std::move(*p));
@@ -136,16 +144,8 @@ Result<std::unique_ptr<data::BatchSource>> open_stream(const config::Config& con
     sources[0].files = std::move(*files);
     sources[0].open = [column](const std::string& path) { return data::open_document_reader(path, column); };
   }
-  data::StreamOptions o;
-  o.global_batch = rows;
-  o.seq_len = config.get_int("max_target_length");
-  o.model_vocab = config.get_int("vocab_size");
-  o.add_bos = config.get_bool("add_bos");
-  o.add_eos = config.get_bool("add_eos");
-  o.packing = config.get_bool("packing");
-  o.seed = static_cast<uint64_t>(config.get_int("data_shuffle_seed"));
+  data::StreamOptions o = packing_options<data::StreamOptions>(config, rows, split);
   o.shuffle_files = shuffle;
-  o.split = split;
   o.threads = static_cast<int>(config.get_int("data_threads"));
   if (o.threads < 1) return invalid_argument("data_threads={}: expected >= 1", config.get_int("data_threads"));
   std::vector<std::string> described;
