@@ -1,9 +1,10 @@
-// kiln convert --from hf --to kiln IN OUT | --from kiln --to hf IN OUT: GPT-OSS weights
-// between the Hugging Face layout (config.json + model*.safetensors, with
+// kiln convert --from hf --to kiln IN OUT | --from kiln --to hf IN OUT: a model's weights
+// (any family of kiln/checkpoint/hf_family.h: the config's decoder_block going out,
+// config.json's model_type coming in) between the Hugging Face layout (config.json + model*.safetensors, with
 // model.safetensors.index.json for several shards; MXFP4 expert blocks are dequantized to
 // bf16; the import streams tensor by tensor, kiln/checkpoint/hf_import.h; export splits files larger than --max_shard_size the same way) and a Kiln checkpoint (parameters only,
-// written as OUT/0/, so load_parameters_path=OUT starts a run from them). Mapping:
-// kiln/checkpoint/hf_gpt_oss.h.
+// written as OUT/0/, so load_parameters_path=OUT starts a run from them). Mappings:
+// kiln/checkpoint/hf_<family>.h.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,7 +17,7 @@
 #include "command.h"
 #include "kiln/checkpoint/checkpoint.h"
 #include "kiln/checkpoint/checkpoint_writer.h"
-#include "kiln/checkpoint/hf_gpt_oss.h"
+#include "kiln/checkpoint/hf_family.h"
 #include "kiln/checkpoint/hf_import.h"
 #include "kiln/checkpoint/hf_shards.h"
 #include "kiln/checkpoint/safetensors.h"
@@ -71,8 +72,10 @@ Status kiln_to_hf(const fs::path& in, const fs::path& out, int64_t max_shard_siz
     progress.advance(t.shape.byte_size());
   }
   progress.finish();
-  KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap hf, checkpoint::gpt_oss_to_hf(kiln));
-  KILN_ASSIGN_OR_RETURN(nlohmann::json config, checkpoint::gpt_oss_hf_config(kiln, reader.config_yaml()));
+  KILN_ASSIGN_OR_RETURN(std::string block, checkpoint::decoder_block_of(reader.config_yaml()));
+  KILN_ASSIGN_OR_RETURN(const checkpoint::HfFamily* family, checkpoint::hf_family_for_block(block));
+  KILN_ASSIGN_OR_RETURN(checkpoint::TensorMap hf, family->to_hf(kiln, reader.config_yaml()));
+  KILN_ASSIGN_OR_RETURN(nlohmann::json config, family->hf_config(kiln, reader.config_yaml()));
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec) return io_error("creating {}: {}", out.string(), ec.message());

@@ -26,7 +26,7 @@
 
 #include "command.h"
 #include "forward_program.h"
-#include "kiln/checkpoint/hf_gpt_oss.h"
+#include "kiln/checkpoint/hf_family.h"
 #include "kiln/checkpoint/safetensors.h"
 #include "kiln/data/shard.h"
 #include "npy.h"
@@ -82,7 +82,9 @@ Status write_gradients(ForwardProgram& program, const TokenRows& rows, const std
   checkpoint::TensorMap kiln;
   const std::vector<models::ParamSpec>& specs = program.model().params();
   for (size_t i = 0; i < specs.size(); ++i) kiln.emplace(specs[i].name, std::move(out.grads.at(i)));
-  Result<checkpoint::TensorMap> hf = checkpoint::gpt_oss_to_hf(kiln);
+  const std::string& block = program.config().get_string("decoder_block");
+  KILN_ASSIGN_OR_RETURN(const checkpoint::HfFamily* family, checkpoint::hf_family_for_block(block));
+  Result<checkpoint::TensorMap> hf = family->to_hf(kiln, program.config().to_yaml());
   if (!hf.ok()) return hf.status().with_context("grads_out=" + path + ": naming the gradients as Hugging Face's");
   std::vector<checkpoint::NamedTensor> named;
   for (const auto& [name, t] : *hf) named.emplace_back(name, &t);

@@ -212,7 +212,7 @@ TEST(KilnConvert, HfToKilnToHfFilesRoundTrip) {
   std::vector<NamedTensor> named;
   for (const auto& [name, t] : *hf) named.emplace_back(name, &t);
   ASSERT_TRUE(write_safetensors((dir / "hf" / "model.safetensors").string(), named).ok());
-  std::ofstream(dir / "hf" / "config.json") << R"({"num_attention_heads": 4})";
+  std::ofstream(dir / "hf" / "config.json") << R"({"model_type": "gpt_oss", "num_attention_heads": 4})";
   std::string bin = KILN_BINARY;
   std::string cmd1 = bin + " convert --from hf --to kiln " + (dir / "hf").string() + " " + (dir / "kiln").string() + " > /dev/null";
   std::string cmd2 = bin + " convert --from kiln --to hf " + (dir / "kiln").string() + " " + (dir / "hf2").string() + " > /dev/null";
@@ -258,7 +258,7 @@ TEST(KilnConvert, ExportLargerThanMaxShardSizeWritesAnIndexAndImportsBack) {
     total += t.shape().byte_size();
   }
   ASSERT_TRUE(write_safetensors((dir / "hf" / "model.safetensors").string(), named).ok());
-  std::ofstream(dir / "hf" / "config.json") << R"({"num_attention_heads": 4})";
+  std::ofstream(dir / "hf" / "config.json") << R"({"model_type": "gpt_oss", "num_attention_heads": 4})";
   const std::string bin = KILN_BINARY;
   auto sh = [&](const std::string& args) {
     const std::string cmd = "KILN_PROGRESS=off " + bin + " convert " + args + " > /dev/null";

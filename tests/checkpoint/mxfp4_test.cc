@@ -104,7 +104,7 @@ TEST(Mxfp4, ConvertFromHfDequantizesExpertBlocks) {
   }
   fs::create_directories(dir + "/hf");
   ASSERT_TRUE(write_safetensors_raw(dir + "/hf/model.safetensors", raw).ok());
-  std::ofstream(dir + "/hf/config.json") << R"({"num_attention_heads": 2})";
+  std::ofstream(dir + "/hf/config.json") << R"({"model_type": "gpt_oss", "num_attention_heads": 2})";
   const std::string convert = std::string(KILN_BINARY) + " convert --from hf --to kiln " + dir + "/hf " + dir +
                               "/kiln > /dev/null";
   ASSERT_EQ(std::system(convert.c_str()), 0) << convert;

@@ -81,7 +81,7 @@ inline void write_hf_fixture(const std::filesystem::path& dir) {
   KILN_CHECK(checkpoint::write_safetensors_raw((dir / "model-00001-of-00002.safetensors").string(), first).ok());
   KILN_CHECK(checkpoint::write_safetensors_raw((dir / "model-00002-of-00002.safetensors").string(), second).ok());
   std::ofstream(dir / "model.safetensors.index.json") << nlohmann::ordered_json{{"weight_map", weight_map}}.dump(2);
-  std::ofstream(dir / "config.json") << R"({"num_attention_heads": 2, "num_experts_per_tok": 1})";
+  std::ofstream(dir / "config.json") << R"({"model_type": "gpt_oss", "num_attention_heads": 2, "num_experts_per_tok": 1})";
 }
 
 }  // namespace kiln::testing

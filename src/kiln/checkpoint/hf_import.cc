@@ -1,5 +1,7 @@
 #include "kiln/checkpoint/hf_import.h"
 
+#include "kiln/checkpoint/hf_family.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -464,16 +466,13 @@ Result<HfImportPlan> plan_hf_import(const std::string& dir) {
   ss << in.rdbuf();
   nlohmann::json config = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) return invalid_argument("{} is not a JSON object", config_path);
-  const auto heads = config.find("num_attention_heads");
-  if (heads == config.end() || !heads->is_number_integer() || heads->get<int64_t>() <= 0) {
-    return invalid_argument("{}: num_attention_heads must be a positive integer", config_path);
-  }
+  KILN_ASSIGN_OR_RETURN(const HfFamily* family, hf_family_for_config(config, config_path));
   KILN_ASSIGN_OR_RETURN(HfCheckpoint hf, HfCheckpoint::open(dir));
-  Result<std::vector<KilnFromHf>> planned = plan_gpt_oss_from_hf(hf.shapes(), heads->get<int64_t>());
+  Result<std::vector<KilnFromHf>> planned = family->plan_from_hf(hf.shapes(), config);
   if (!planned.ok()) return planned.status().with_context(dir);
   std::map<std::string, ir::Shape> shapes;
   for (const KilnFromHf& t : *planned) shapes.emplace(t.name, t.shape);
-  Result<std::string> yaml = gpt_oss_kiln_config(shapes, config);
+  Result<std::string> yaml = family->kiln_config(shapes, config);
   if (!yaml.ok()) return yaml.status().with_context(config_path);
   return HfImportPlan{std::move(config), std::move(hf), std::move(*planned), std::move(*yaml)};
 }

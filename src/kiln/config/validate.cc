@@ -391,7 +391,7 @@ Status check_pjrt_keys(const Config& c, int64_t num_ranks) {
 
 const std::vector<std::pair<std::string, std::vector<std::string>>>& enum_keys() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kEnums = {
-      {"decoder_block", {"gpt_oss"}},
+      {"decoder_block", {"gpt_oss", "llama2", "qwen3_moe", "deepseek"}},
       {"backend", {"cpu", "pjrt", "interpreter"}},
       {"hardware", {"cpu"}},
       {"dtype", {"float32", "bfloat16"}},

@@ -70,6 +70,16 @@ class Model {
   ParamCounts counts() const;
 };
 
+// A model family: the decoder_block that names it and the function that builds it from a
+// resolved config (each family lives in its own directory under models/).
+struct Family {
+  std::string decoder_block;  // "gpt_oss", "llama2", "qwen3_moe", "deepseek" (MaxText's names)
+  std::string summary;        // one line for listings
+  Result<std::unique_ptr<Model>> (*make)(const config::Config& config) = nullptr;
+};
+// Every family Kiln has (model.cc holds the table: one row per family).
+const std::vector<Family>& families();
+
 // Builds the model that the config's decoder_block names ("gpt_oss"). A config the model
 // cannot express (an unknown rope_type, heads that do not divide) is an error naming the key.
 Result<std::unique_ptr<Model>> make_model(const config::Config& config);

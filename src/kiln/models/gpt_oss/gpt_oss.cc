@@ -7,6 +7,7 @@
 #include "kiln/frontend/graph.h"
 #include "kiln/frontend/nn.h"
 #include "kiln/models/gpt_oss/layers.h"
+#include "kiln/models/moe_layout.h"
 
 namespace kiln::models::gpt_oss {
 
@@ -20,6 +21,12 @@ Tensor ParamTable::raw(const std::string& name) const {
 }
 
 Tensor ParamTable::operator()(const std::string& name) const { return raw(name).astype(model_.config().dtype); }
+
+Result<std::unique_ptr<Model>> make_gpt_oss(const config::Config& config) {
+  KILN_ASSIGN_OR_RETURN(GptOssConfig c, GptOssConfig::from(config));
+  KILN_RETURN_IF_ERROR(resolve_moe_layout(config, c));
+  return std::unique_ptr<Model>(std::make_unique<GptOss>(std::move(c)));
+}
 
 GptOss::GptOss(GptOssConfig config) : config_(std::move(config)), inv_freq_(rope_inv_freq(config_.rope)) {
   build_specs();

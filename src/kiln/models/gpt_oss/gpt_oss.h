@@ -167,4 +167,8 @@ class GptOss final : public Model {
   std::vector<double> inv_freq_;
 };
 
+// The family's entry in models::families(): reads the config, places the MoE dispatch on
+// the mesh (moe_layout.h) and builds the model.
+Result<std::unique_ptr<Model>> make_gpt_oss(const config::Config& config);
+
 }  // namespace kiln::models::gpt_oss
