@@ -22,6 +22,18 @@ FlopInputs FlopInputs::from_config(const config::Config& config) {
   in.num_activations = static_cast<int64_t>(config.get_list("mlp_activations").size());
   in.sliding_window = config.get_int("sliding_window_size");
   in.gradient_accumulation_steps = config.get_int("gradient_accumulation_steps");
+  if (in.num_experts > 1) {
+    in.first_dense_layers = std::min(config.get_int("first_num_dense_layers"), in.num_layers);
+    in.shared_experts = config.get_int("shared_experts");
+  }
+  in.mla = config.get_string("attention_type") == "mla";
+  if (in.mla) {
+    in.q_lora_rank = config.get_int("q_lora_rank");
+    in.kv_lora_rank = config.get_int("kv_lora_rank");
+    in.qk_nope_head_dim = config.get_int("qk_nope_head_dim");
+    in.qk_rope_head_dim = config.get_int("qk_rope_head_dim");
+    in.v_head_dim = config.get_int("v_head_dim");
+  }
   return in;
 }
 
@@ -32,19 +44,37 @@ TrainingFlops training_tflops_per_device(const FlopInputs& in, FlopFormula formu
   const double n_act = static_cast<double>(in.num_activations);
   const int64_t L = in.num_layers;
 
-  double ffn;
+  // One MLP of width `width`: the gate (and up) projections, then the down projection.
+  auto mlp = [&](double width) { return 2 * B * T * width * D * n_act + 2 * B * T * width * D; };
+  double ffn_all_layers;  // over all L layers
   if (in.num_experts > 1) {
     const double E = static_cast<double>(in.num_experts), k = static_cast<double>(in.experts_per_token);
-    const double I = static_cast<double>(in.moe_mlp_dim);
-    ffn = 2 * B * T * D * E + k * (2 * B * T * I * D * n_act + 2 * B * T * I * D);
+    const double S = static_cast<double>(in.shared_experts), I = static_cast<double>(in.moe_mlp_dim);
+    const double moe = 2 * B * T * D * E + (k + S) * mlp(I);
+    ffn_all_layers = static_cast<double>(in.first_dense_layers) * mlp(static_cast<double>(in.mlp_dim)) +
+                     static_cast<double>(L - in.first_dense_layers) * moe;
   } else {
-    const double I = static_cast<double>(in.mlp_dim);
-    ffn = 2 * B * T * I * D * n_act + 2 * B * T * I * D;
+    ffn_all_layers = static_cast<double>(L) * mlp(static_cast<double>(in.mlp_dim));
   }
-  const double qkv = 2 * B * T * D * (H + 2 * K) * hd;
-  const double proj = 2 * B * T * D * H * hd;
+  double qkv, proj, score_width;  // score_width: q·k plus p·v widths per head (2d without MLA)
+  if (in.mla) {
+    const double d_qk = static_cast<double>(in.qk_nope_head_dim + in.qk_rope_head_dim);
+    const double rq = static_cast<double>(in.q_lora_rank), rkv = static_cast<double>(in.kv_lora_rank);
+    const double dv = static_cast<double>(in.v_head_dim);
+    const double q = in.q_lora_rank == 0 ? 2 * B * T * D * H * d_qk : 2 * B * T * (D * rq + rq * H * d_qk);
+    const double kv = 2 * B * T *
+                      (D * (rkv + static_cast<double>(in.qk_rope_head_dim)) +
+                       rkv * H * static_cast<double>(in.qk_nope_head_dim + in.v_head_dim));
+    qkv = q + kv;
+    proj = 2 * B * T * D * H * dv;
+    score_width = d_qk + dv;
+  } else {
+    qkv = 2 * B * T * D * (H + 2 * K) * hd;
+    proj = 2 * B * T * D * H * hd;
+    score_width = 2 * hd;
+  }
   const double unembed = 2 * B * T * D * V;
-  const double learnable = 3 * (static_cast<double>(L) * (ffn + qkv + proj) + unembed);
+  const double learnable = 3 * (ffn_all_layers + static_cast<double>(L) * (qkv + proj) + unembed);
 
   // Sliding layers: the even ones (0, 2, ...) when a window is set.
   const int64_t full_layers = in.sliding_window > 0 ? L / 2 : L;
@@ -52,11 +82,11 @@ TrainingFlops training_tflops_per_device(const FlopInputs& in, FlopFormula formu
   const double W = static_cast<double>(std::min(in.sliding_window > 0 ? in.sliding_window : in.seq_len, in.seq_len));
   double attention;
   if (formula == FlopFormula::kMaxText2602) {
-    attention = 3 * (static_cast<double>(full_layers) * 4 * B * T * T * H * hd +
-                     static_cast<double>(sliding_layers) * 4 * B * T * W * H * hd) / 2;
+    attention = 3 * (static_cast<double>(full_layers) * 2 * B * T * T * H * score_width +
+                     static_cast<double>(sliding_layers) * 2 * B * T * W * H * score_width) / 2;
   } else {
-    attention = 3 * (static_cast<double>(full_layers) * 2 * B * T * T * H * hd +
-                     static_cast<double>(sliding_layers) * 4 * B * (T * W - W * W / 2) * H * hd);
+    attention = 3 * (static_cast<double>(full_layers) * B * T * T * H * score_width +
+                     static_cast<double>(sliding_layers) * 2 * B * (T * W - W * W / 2) * H * score_width);
   }
   const double ga = static_cast<double>(in.gradient_accumulation_steps);
   return {learnable * ga / 1e12, attention * ga / 1e12};

@@ -6,10 +6,18 @@
 //   B = per_device_batch_size, T = max_target_length, D = emb_dim, H/K = query/kv heads,
 //   d = head_dim, L = layers, V = vocab, E = experts, k = experts per token,
 //   I = moe_mlp_dim (MoE) or mlp_dim (dense), n_act = len(mlp_activations)
-//   FFN per layer   MoE:   2BTDE (router) + k (2BTID n_act + 2BTID)
-//                   dense: 2BTID n_act + 2BTID
+//   FFN per layer   MoE:   2BTDE (router) + (k + S) (2BTID n_act + 2BTID), S = shared_experts
+//                   dense: 2BTFD n_act + 2BTFD, F = mlp_dim
+//                   the first first_num_dense_layers layers are dense, the rest MoE (DeepSeek-V3;
+//                   MaxText counts them so for its deepseek block, Kiln for every family)
 //   attention proj  2BTD(H + 2K)d (qkv) + 2BTDHd (out);  unembedding 2BTDV (embedding lookup free)
+//                   MLA (attention_type=mla), with r_q = q_lora_rank, r_kv = kv_lora_rank,
+//                   d_qk = qk_nope_head_dim + qk_rope_head_dim, d_v = v_head_dim:
+//                   q 2BT(D r_q + r_q H d_qk) (2BTDH d_qk when r_q = 0),
+//                   kv 2BT(D (r_kv + qk_rope_head_dim) + r_kv H (qk_nope_head_dim + d_v)),
+//                   out 2BTDH d_v; scores and values 2BT²H(d_qk + d_v) before the causal halving
 //   learnable       3 × (L FFN + L proj + unembed)
+//   not counted     (as MaxText) the multi-token prediction layers (mtp_num_layers), QK norms
 //   attention       GPT-OSS alternates sliding (W' = min(W, T)) and full layers, layer 0
 //                   sliding: L - floor(L/2) sliding, floor(L/2) full (all full when W = 0).
 //     kMaxText2602  (MaxText of Feb 2026, which the reference run used):
@@ -36,6 +44,11 @@ struct FlopInputs {
   int64_t num_layers = 1, vocab = 1;
   int64_t num_experts = 1, experts_per_token = 1, mlp_dim = 1, moe_mlp_dim = 1, num_activations = 2;
   int64_t sliding_window = 0;  // 0: every layer is full causal
+  int64_t first_dense_layers = 0;  // of num_layers, dense before the MoE ones (num_experts > 1)
+  int64_t shared_experts = 0;      // each of width moe_mlp_dim, beside the routed ones
+  // Multi-head latent attention (attention_type=mla); head_dim and kv heads are then unused.
+  bool mla = false;
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   int64_t gradient_accumulation_steps = 1;
 
   static FlopInputs from_config(const config::Config& config);
