@@ -20,6 +20,7 @@
 #include "kiln/models/model.h"
 #include "kiln/runtime/mpi_world.h"
 #include "kiln/runtime/world.h"
+#include "kiln/train/preemption.h"
 #include "kiln/train/trainer.h"
 
 namespace kiln::app {
@@ -92,7 +93,7 @@ std::function<int()> add_train_command(CLI::App& cmd) {
     if (!trainer.ok()) return fail(trainer.status(), exit_code_for(trainer.status()));
     Status status = (*trainer)->run();
     if (!status.ok()) return fail(status, kExitFailure);  // the run started: never a usage error
-    return kExitOk;
+    return (*trainer)->preempted_by() != 0 ? train::kExitPreempted : kExitOk;
   };
 }
 

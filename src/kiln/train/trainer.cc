@@ -1,9 +1,8 @@
 #include "kiln/train/trainer.h"
 
-#include "kiln/checkpoint/hf_import.h"
-
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <optional>
@@ -11,11 +10,13 @@
 #include <fmt/format.h>
 
 #include "kiln/base/check.h"
+#include "kiln/checkpoint/hf_import.h"
 #include "kiln/config/mesh.h"
 #include "kiln/report/report.h"
 #include "kiln/runtime/run_on_devices.h"
 #include "kiln/train/data_source.h"
 #include "kiln/train/memory_budget.h"
+#include "kiln/train/preemption.h"
 #include "kiln/train/step/state_init.h"
 #include "kiln/train/step/weight_copies.h"
 
@@ -210,6 +211,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->async_checkpointing_ = config.get_bool("async_checkpointing");
   t->checkpoint_period_ = config.get_int("checkpoint_period");
   t->save_on_completion_ = config.get_bool("save_checkpoint_on_completion");
+  t->preemption_grace_s_ = config.get_float("preemption_grace_s");
   t->max_checkpoints_ = config.get_int("max_num_checkpoints_to_keep");
   t->config_yaml_ = config.to_yaml();
   t->mesh_json_ = {{"axes", d.mesh.axes()}, {"ici", d.mesh.ici()}, {"dcn", d.mesh.dcn()}, {"num_devices", d.num_devices}};
@@ -474,8 +476,40 @@ void Trainer::write_run_report(bool announce) {
   }
 }
 
+int Trainer::stop_requested() const {
+  return static_cast<int>(runner_->max_over_ranks(PreemptionGuard::requested()));
+}
+
+Status Trainer::stop_for_preemption(int signal) {
+  preempted_by_ = signal;
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a stop signal";
+  if (checkpointing_ && last_saved_step_ != step_ && restored_step_ != step_) {
+    print(fmt::format("preempted ({}): saving the checkpoint of step {} before exiting", name, step_));
+    // Synchronous: the process is about to go, a background save would go with it.
+    async_checkpointing_ = false;
+    KILN_RETURN_IF_ERROR(save_checkpoint());
+  }
+  KILN_RETURN_IF_ERROR(wait_for_checkpoint());
+  KILN_RETURN_IF_ERROR(metrics_.flush());
+  KILN_RETURN_IF_ERROR(extra_metrics_.flush());
+  KILN_RETURN_IF_ERROR(observer_->finish());
+  KILN_RETURN_IF_ERROR(events_.write("preempted", step_,
+                                     {{"signal", name},
+                                      {"checkpoint_step", checkpointing_ ? last_saved_step_ : -1},
+                                      {"seconds_after_signal", PreemptionGuard::seconds_since_request()}}));
+  print(fmt::format("preempted ({}) after step {}: {}; exiting with code {} (resume: run the same command)", name,
+                    step_,
+                    checkpointing_ ? fmt::format("the state is in checkpoint {}", last_saved_step_)
+                                   : std::string("enable_checkpointing=false, no checkpoint written"),
+                    kExitPreempted));
+  write_run_report(/*announce=*/false);
+  return ok_status();
+}
+
 Status Trainer::run() {
+  const PreemptionGuard guard(preemption_grace_s_);
   while (step_ < steps_) {
+    if (const int signal = stop_requested(); signal != 0) return stop_for_preemption(signal);
     Result<StepRecord> r = run_step();
     if (!r.ok()) return r.status();
     if (checkpointing_ && checkpoint_period_ > 0 && step_ % checkpoint_period_ == 0) {

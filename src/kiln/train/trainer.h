@@ -76,6 +76,9 @@ class Trainer {
   Result<StepRecord> run_step();
 
   int64_t step() const { return step_; }
+  // The stop signal (SIGTERM, SIGINT) run() stopped for after saving the state, 0 when the
+  // run ended otherwise (preemption.h; `kiln train` then exits with kExitPreempted).
+  int preempted_by() const { return preempted_by_; }
   const std::vector<StepRecord>& history() const { return history_; }
   const std::string& run_name() const { return run_name_; }
   const std::string& output_dir() const { return output_dir_; }
@@ -111,6 +114,10 @@ class Trainer {
  private:
   Trainer() = default;
   Status check_loss(const StepRecord& r) const;
+  // Whether any rank has received a stop signal (a collective: every rank calls it after the
+  // same step); the signal, 0 when none.
+  int stop_requested() const;
+  Status stop_for_preemption(int signal);
   // report.html in the run directory (report/), from the files written so far; a page that
   // cannot be written is a note, never a stopped run.
   void write_run_report(bool announce);
@@ -173,6 +180,8 @@ class Trainer {
   bool checkpointing_ = false, save_on_completion_ = false, async_checkpointing_ = false;
   int64_t checkpoint_period_ = 0, max_checkpoints_ = -1, restored_step_ = -1, last_saved_step_ = -1;
   double checkpoint_blocked_s_ = 0;
+  double preemption_grace_s_ = 0;
+  int preempted_by_ = 0;
   std::string config_yaml_;
   nlohmann::json mesh_json_, data_json_, rng_json_;
   std::unique_ptr<RunObserver> observer_;  // TensorBoard, profiler trace, attribution report

@@ -151,6 +151,16 @@ class ShardedRunner : public StepRunner {
     KILN_CHECK(st.ok()) << "broadcasting from rank 0 over the mesh: " << st.to_string();
     return gathered[0][0];
   }
+  int64_t max_over_ranks(int64_t value) const override {
+    if (world_->num_ranks() == 1) return value;
+    const int64_t n = world_->local_devices(), total = mesh_.num_devices();
+    std::vector<std::vector<int64_t>> gathered(n, std::vector<int64_t>(total));
+    Status st = threads_->run(*world_, [&](int64_t d) -> Status {
+      return world_->device(d).all_gather(all_devices_, &value, sizeof(value), gathered[d].data())->wait();
+    });
+    KILN_CHECK(st.ok()) << "agreeing over the mesh: " << st.to_string();
+    return *std::max_element(gathered[0].begin(), gathered[0].end());
+  }
 
  private:
   // Every device's shard of argument `index`, in global device order, on every rank: each

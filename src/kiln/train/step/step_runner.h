@@ -84,6 +84,9 @@ class StepRunner {
   // Collective over the MPI ranks (every rank calls it at the same point): returns rank 0's
   // `value` on every rank, so it is also a barrier. One process: `value`.
   virtual int64_t broadcast_from_rank0(int64_t value) const { return value; }
+  // Collective over the MPI ranks, like broadcast_from_rank0: the largest `value` of any rank,
+  // on every rank (a stop request one rank saw, made every rank's). One process: `value`.
+  virtual int64_t max_over_ranks(int64_t value) const { return value; }
 
  protected:
   std::vector<double> expert_load_;
