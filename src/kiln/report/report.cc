@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/report/goodput.h"
 #include "kiln/report/report_internal.h"
 #include "kiln/report/run_data.h"
 
@@ -148,6 +149,45 @@ std::string data_section(const std::vector<RunView>& runs) {
          "gave up to the run's last logged step; a mixture's weights are data_mixture in the config.</p></section>";
 }
 
+// Goodput per attempt and over the run (goodput.h), from the goodput events.
+std::string goodput_section(const std::vector<RunView>& runs) {
+  std::string rows;
+  auto row = [&](const RunView& v, const std::string& attempt, const AttemptGoodput* a, double wall, double goodput,
+                 double redone) {
+    auto s = [](double x) { return fmt::format("{:.2f}", x); };
+    rows += fmt::format(
+        "<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td><td>{}</td><td><b>{:.1f}%</b></td>"
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        v.color, html_escape(v.run->name), html_escape(attempt), 100.0 * goodput, s(wall),
+        a ? s(a->startup_s) : "", a ? s(a->productive_s) : "", a ? s(a->data_wait_s) : "", a ? s(a->checkpoint_s) : "",
+        a ? s(a->eval_s) : "", a ? s(a->other_s) : "", s(redone));
+  };
+  for (const RunView& v : runs) {
+    const RunGoodput run = run_goodput(v.run->events);
+    for (const AttemptGoodput& a : run.attempts) {
+      row(v, fmt::format("{}{}", a.attempt, a.ended ? "" : " (killed: to its last checkpoint)"), &a, a.wall_s,
+          a.goodput(), a.redone_s);
+    }
+    if (run.attempts.size() + static_cast<size_t>(run.attempts_without_snapshot) > 1) {
+      row(v, fmt::format("the run ({} attempts{})", run.attempts.size() + run.attempts_without_snapshot,
+                         run.attempts_without_snapshot > 0
+                             ? fmt::format(", {} without a snapshot", run.attempts_without_snapshot)
+                             : std::string()),
+          nullptr, run.wall_s, run.goodput(), run.redone_s);
+    }
+  }
+  if (rows.empty()) return "";
+  return "<section id=\"goodput-section\"><h2>Goodput</h2><table><thead><tr><th>run</th><th>attempt</th>"
+         "<th>goodput</th><th>wall s</th><th>startup s</th><th>productive s</th><th>data wait s</th>"
+         "<th>checkpoint s</th><th>eval s</th><th>other s</th><th>re-done s</th></tr></thead><tbody>" +
+         rows +
+         "</tbody></table><p class=\"caption\">Goodput: the share of wall time spent in productive steps (each "
+         "step's time less its data wait and checkpoint or eval stalls). Startup is tracing, compiling and "
+         "initialising or restoring the state. Re-done: steps an earlier attempt ran past its last checkpoint, "
+         "run again after a restart; the run's goodput subtracts them. Time between attempts is not counted.</p>"
+         "</section>";
+}
+
 std::string notes_section(const std::vector<RunView>& runs) {
   std::string items;
   for (const RunView& v : runs) {
@@ -247,6 +287,7 @@ Result<std::string> render_report(const std::vector<std::string>& run_dirs, cons
   page += charts_section(chartjs.has_value(), chartjs_file);
   page += expert_load_section(runs);
   page += data_section(runs);
+  page += goodput_section(runs);
   page += internal::attribution_section(runs);
   page += "<div class=\"pair\">" + internal::census_section(runs) + internal::config_section(runs) + "</div>";
   page += internal::events_section(runs);

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "kiln/base/check.h"
 #include "kiln/checkpoint/hf_import.h"
 #include "kiln/config/mesh.h"
+#include "kiln/report/goodput.h"
 #include "kiln/report/report.h"
 #include "kiln/runtime/run_on_devices.h"
 #include "kiln/train/data_source.h"
@@ -86,6 +88,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                                                  TrainerOptions options) {
   KILN_CHECK(model != nullptr);
   std::unique_ptr<Trainer> t(new Trainer());
+  t->attempt_start_ = Clock::now();
   t->model_ = std::move(model);
   t->options_ = options;
   t->steps_ = config.derived().steps;
@@ -244,6 +247,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
     // of an attempt past it (and a line torn by a kill) move to PATH.discarded.
     auto open = [&](JsonlWriter& writer, const std::string& path) -> Status {
       KILN_ASSIGN_OR_RETURN(JsonlWriter::History h, writer.open_continuing(path, config.get_int("log_period"), t->step_));
+      if (&writer == &t->metrics_) t->redone_s_ = h.dropped_step_s;
       if (h.kept + h.dropped + h.torn == 0) {
         t->print(fmt::format("writing per-step metrics to {}", path));
       } else {
@@ -292,6 +296,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                                                                  t->step_}));
   t->runner_->set_observer(t->observer_->instruction_observer());
   t->last_step_end_ = Clock::now();
+  t->startup_s_ = seconds_since(t->attempt_start_);
   return t;
 }
 
@@ -381,6 +386,10 @@ Result<StepRecord> Trainer::run_step() {
   r.data_wait_s = data_wait_s;
   r.collective_wait_s = runner_->collective_wait_s();
   last_step_end_ = Clock::now();
+  productive_s_ += std::max(0.0, r.step_time_s - data_wait_s - pending_stall_s_);
+  data_wait_total_s_ += data_wait_s;
+  pending_stall_s_ = 0;
+  r.goodput = productive_s_ / std::max(1e-9, seconds_since(attempt_start_));
   r.loss = metric(StepMetric::kLoss);
   r.total_weights = metric(StepMetric::kTotalWeights);
   r.lm_loss = r.total_weights > 0 ? metric(StepMetric::kXentSum) / r.total_weights : 0.0;
@@ -423,7 +432,10 @@ Result<StepRecord> Trainer::run_step() {
     return loss_ok;
   }
   if (eval_tokens_ && step_ % eval_interval_ == 0) {
+    const Clock::time_point eval_begin = Clock::now();
     KILN_ASSIGN_OR_RETURN(double eval_loss, evaluate());
+    eval_total_s_ += seconds_since(eval_begin);
+    pending_stall_s_ += seconds_since(eval_begin);
     KILN_RETURN_IF_ERROR(observer_->eval(step_, eval_loss));
     KILN_RETURN_IF_ERROR(events_.write("eval", step_, {{"eval_loss", eval_loss}}));
   }
@@ -493,6 +505,8 @@ Status Trainer::stop_for_preemption(int signal) {
   KILN_RETURN_IF_ERROR(metrics_.flush());
   KILN_RETURN_IF_ERROR(extra_metrics_.flush());
   KILN_RETURN_IF_ERROR(observer_->finish());
+  KILN_RETURN_IF_ERROR(write_goodput(/*final=*/true));
+  print_goodput();
   KILN_RETURN_IF_ERROR(events_.write("preempted", step_,
                                      {{"signal", name},
                                       {"checkpoint_step", checkpointing_ ? last_saved_step_ : -1},
@@ -504,6 +518,37 @@ Status Trainer::stop_for_preemption(int signal) {
                     kExitPreempted));
   write_run_report(/*announce=*/false);
   return ok_status();
+}
+
+Status Trainer::write_goodput(bool final) {
+  if (!events_.is_open()) return ok_status();
+  const double wall = seconds_since(attempt_start_);
+  const double other =
+      std::max(0.0, wall - startup_s_ - productive_s_ - data_wait_total_s_ - checkpoint_total_s_ - eval_total_s_);
+  return events_.write("goodput", step_,
+                       {{"final", final},
+                        {"wall_s", wall},
+                        {"startup_s", startup_s_},
+                        {"productive_s", productive_s_},
+                        {"data_wait_s", data_wait_total_s_},
+                        {"checkpoint_s", checkpoint_total_s_},
+                        {"eval_s", eval_total_s_},
+                        {"other_s", other},
+                        {"redone_s", redone_s_},
+                        {"goodput", wall > 0 ? productive_s_ / wall : 0.0}});
+}
+
+void Trainer::print_goodput() {
+  if (!events_.is_open()) return;
+  std::ifstream in(events_.path());
+  std::vector<nlohmann::json> events;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) events.push_back(std::move(j));
+  }
+  const report::RunGoodput run = report::run_goodput(events);
+  if (run.attempts.empty()) return;
+  print(report::goodput_line(run.attempts.back(), run));
 }
 
 Status Trainer::run() {
@@ -554,7 +599,9 @@ Status Trainer::run() {
       fmt::print(stderr, "{}\n", line);
     }
   }
+  KILN_RETURN_IF_ERROR(write_goodput(/*final=*/true));
   KILN_RETURN_IF_ERROR(events_.write("finish", step_, {{"peak_rss_bytes", peak}, {"planned_bytes", planned_process_bytes_}}));
+  print_goodput();
   if (!history_.empty()) {
     const StepRecord& last = history_.back();
     print(fmt::format("finished {} steps: loss {:.3f} -> {:.3f}", history_.size(), history_.front().loss, last.loss));

@@ -118,6 +118,11 @@ class Trainer {
   // same step); the signal, 0 when none.
   int stop_requested() const;
   Status stop_for_preemption(int signal);
+  // Appends this attempt's goodput snapshot (report/goodput.h) to events.jsonl; `final` for
+  // the last one (finish, preempted).
+  Status write_goodput(bool final);
+  // The console's goodput line, from every attempt's snapshots in events.jsonl.
+  void print_goodput();
   // report.html in the run directory (report/), from the files written so far; a page that
   // cannot be written is a note, never a stopped run.
   void write_run_report(bool announce);
@@ -181,6 +186,11 @@ class Trainer {
   int64_t checkpoint_period_ = 0, max_checkpoints_ = -1, restored_step_ = -1, last_saved_step_ = -1;
   double checkpoint_blocked_s_ = 0;
   double preemption_grace_s_ = 0;
+  // Goodput accounting of this attempt (report/goodput.h), in seconds.
+  std::chrono::steady_clock::time_point attempt_start_;
+  double startup_s_ = 0, productive_s_ = 0, data_wait_total_s_ = 0, checkpoint_total_s_ = 0, eval_total_s_ = 0;
+  double redone_s_ = 0;       // earlier attempts' steps past the checkpoint resumed (done again here)
+  double pending_stall_s_ = 0;  // checkpoint and eval time since the last step ended (lands in the next step)
   int preempted_by_ = 0;
   std::string config_yaml_;
   nlohmann::json mesh_json_, data_json_, rng_json_;

@@ -303,15 +303,20 @@ Status Trainer::save_checkpoint() {
     checkpoint_blocked_s_ = seconds_since(start);
     print(fmt::format("saving checkpoint {} in the background to {} (the step was blocked {:.3f} s)", step_,
                       checkpoint::step_dir(checkpoints_dir(), step_), checkpoint_blocked_s_));
+    checkpoint_total_s_ += checkpoint_blocked_s_;
+    pending_stall_s_ += checkpoint_blocked_s_;
     KILN_RETURN_IF_ERROR(events_.write("checkpoint_save", step_,
                                        {{"path", checkpoint::step_dir(checkpoints_dir(), step_)},
                                         {"blocked_s", checkpoint_blocked_s_},
                                         {"background", true}}));
+    KILN_RETURN_IF_ERROR(write_goodput(/*final=*/false));
     write_run_report(/*announce=*/false);
     return earlier;
   }
   Status st = checkpoint::save(checkpoints_dir(), snapshot(), save_options);
   checkpoint_blocked_s_ = seconds_since(start);
+  checkpoint_total_s_ += checkpoint_blocked_s_;
+  pending_stall_s_ += checkpoint_blocked_s_;
   if (st.ok()) {
     print(fmt::format("saved checkpoint {} to {} in {:.3f} s", step_, checkpoint::step_dir(checkpoints_dir(), step_),
                       checkpoint_blocked_s_));
@@ -319,11 +324,18 @@ Status Trainer::save_checkpoint() {
                                        {{"path", checkpoint::step_dir(checkpoints_dir(), step_)},
                                         {"blocked_s", checkpoint_blocked_s_},
                                         {"background", false}}));
+    KILN_RETURN_IF_ERROR(write_goodput(/*final=*/false));
     write_run_report(/*announce=*/false);
   }
   return st;
 }
 
-Status Trainer::wait_for_checkpoint() { return saver_.wait(); }
+Status Trainer::wait_for_checkpoint() {
+  // Waiting for a background save blocks the trainer: checkpoint time for goodput.
+  const Clock::time_point start = Clock::now();
+  Status st = saver_.wait();
+  checkpoint_total_s_ += seconds_since(start);
+  return st;
+}
 
 }  // namespace kiln::train

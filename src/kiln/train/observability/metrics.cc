@@ -77,6 +77,7 @@ std::string json_line(const StepRecord& r) {
   if (r.collective_wait_s >= 0) {
     line.insert(line.size() - 1, fmt::format(", \"collective_wait_s\": {}", number(r.collective_wait_s)));
   }
+  if (r.goodput >= 0) line.insert(line.size() - 1, fmt::format(", \"goodput\": {}", number(r.goodput)));
   if (!r.expert_load.empty()) line.insert(line.size() - 1, expert_load_json(r));  // before the closing brace
   if (!r.batch_hash.empty()) line.insert(line.size() - 1, fmt::format(", \"batch_hash\": \"{}\"", r.batch_hash));
   if (!r.data_tokens.empty()) {
@@ -127,7 +128,12 @@ Result<JsonlWriter::History> JsonlWriter::open_continuing(const std::string& pat
       if (kept_is_prefix) cut = pos;
       continue;
     }
-    if (record) ++h.dropped;
+    if (record) {
+      ++h.dropped;
+      if (j["step"].get<int64_t>() >= first_step && j.contains("step_time_s") && j["step_time_s"].is_number()) {
+        h.dropped_step_s += j["step_time_s"].get<double>();
+      }
+    }
     else if (!line.empty()) ++h.torn;
     if (!line.empty()) discarded.append(line).push_back('\n');
     kept_is_prefix = false;

@@ -39,6 +39,9 @@ struct StepRecord {
   double tokens_per_s_per_device = 0;
   double tflops_per_s_per_device = 0;
   double mfu = 0;            // tflops_per_s_per_device / the peak (a fraction); NaN above the peak (peaks.h)
+  // This attempt's goodput so far (report/goodput.h): productive step time over wall time
+  // since the trainer's set-up began. -1: not measured (not written).
+  double goodput = -1;
   // MoE, every log_period steps (else empty): per MoE layer max and mean (token, expert)
   // pairs per expert and pairs dropped by the capacity, flattened [layers * 3]. Console:
   // ", expert_load (max/mean/dropped): [24/12/0, ...]"; JSON: "expert_load": [[24, 12, 0], ...].
@@ -68,6 +71,7 @@ class JsonlWriter {
     int64_t kept = 0;     // records of steps before first_step, kept in order
     int64_t dropped = 0;  // records of steps >= first_step (an attempt past the checkpoint), or repeated
     int64_t torn = 0;     // lines that are not a whole record (a write cut by kill -9, a corrupt line)
+    double dropped_step_s = 0;  // the dropped records' step_time_s: work the new attempt does again
     std::string discarded_path;  // where dropped and torn lines went ("" when none)
   };
   // Continues a run's file: keeps every record of a step before `first_step` (the step the run

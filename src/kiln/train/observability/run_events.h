@@ -40,6 +40,7 @@ class RunEvents {
   // Appends one event and flushes it to the OS (a kill afterwards loses nothing).
   Status write(const std::string& event, int64_t step, nlohmann::json fields = nlohmann::json::object());
   bool is_open() const { return file_ != nullptr; }
+  const std::string& path() const { return path_; }
   void close();
 
  private:
