@@ -14,12 +14,16 @@ std::function<int()> add_convert_command(CLI::App& cmd);
 std::function<int()> add_forward_command(CLI::App& cmd);
 std::function<int()> add_sample_command(CLI::App& cmd);
 std::function<int()> add_report_command(CLI::App& cmd);
+std::function<int()> add_supervise_command(CLI::App& cmd);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
       {"config", "Print the resolved config (base.yml <- CONFIG.yml <- model <- key=value) as YAML",
        add_config_command},
       {"train", "Train the configured model (MaxText's train.py): kiln train [CONFIG.yml] [key=value ...]", add_train_command},
+      {"supervise", "Run a training command and restart it from its last checkpoint when it fails: kiln supervise "
+                    "[--max_restarts N] [--restart_command \"CMD\"] -- kiln train ...",
+       add_supervise_command},
       {"compile", "Compile the training step without running it and report kernels, FLOPs and memory (--json)",
        add_compile_command},
       {"plan", "Predict the step's time, memory and MFU on a target (target=h100, tpu-v6e, cpu, ...); --search ranks meshes; --calibrate measures this CPU",

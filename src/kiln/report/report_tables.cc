@@ -446,7 +446,7 @@ std::string events_section(const std::vector<RunView>& runs) {
     any_file = any_file || runs[i].run->events_file.exists;
     for (const nlohmann::json& e : runs[i].run->events) {
       const std::string kind = e.value("event", "");
-      if (kind == "compile" || kind == "attribution") continue;  // their own sections
+      if (kind == "compile" || kind == "attribution" || kind == "goodput") continue;  // their own sections
       ++counts[kind];
       const double t = num(e, "time");
       if (std::isfinite(t)) t0 = std::min(t0, t);
@@ -478,6 +478,10 @@ std::string events_section(const std::vector<RunView>& runs) {
       detail = fmt::format("waited {} for data", format_duration(num(e, "wait_s")));
     } else if (kind == "eval") {
       detail = "eval loss " + format_number(num(e, "eval_loss"), 4);
+    } else if (kind == "restart") {
+      detail = fmt::format("restarted by kiln supervise (attempt {}) after {}",
+                           json_text(e.value("supervisor_attempt", nlohmann::json("?"))),
+                           json_text(e.value("previous", nlohmann::json("a failure"))));
     } else if (kind != "finish") {
       nlohmann::json rest = e;
       for (const char* k : {"time", "event", "step"}) rest.erase(k);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -288,6 +289,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
                                            {"init_peak_rss_bytes", init.peak_rss_bytes}}));
     if (!t->restored_from_.empty()) {
       KILN_RETURN_IF_ERROR(t->events_.write("checkpoint_restore", t->step_, {{"path", t->restored_from_}}));
+    }
+    // Started again by `kiln supervise` after a failure: say so where the run's history is.
+    if (const char* previous = std::getenv("KILN_PREVIOUS_EXIT"); previous != nullptr && *previous != '\0') {
+      const char* attempt = std::getenv("KILN_ATTEMPT");
+      KILN_RETURN_IF_ERROR(t->events_.write(
+          "restart", t->step_,
+          {{"supervisor_attempt", attempt != nullptr ? std::atoll(attempt) : 0}, {"previous", previous}}));
     }
   }
   KILN_ASSIGN_OR_RETURN(t->observer_, RunObserver::create(config, {t->output_dir_, t->flops_.total_tflops(),
