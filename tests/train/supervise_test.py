@@ -4,6 +4,8 @@ with one rank killed (SIGKILL) mid-run restarts the job from its last checkpoint
 finishes with every step recorded once and the uninterrupted run's losses bit for bit; with
 --restart_command the restart runs on 2 ranks × 2 devices (the survivors' layout, the same
 global batch) and finishes with the losses within 1e-5. events.jsonl records the restart.
+A checkpoint with a corrupt byte stops a 2-rank resume at once with one line naming the file,
+every rank, and nothing is written; the supervisor does not retry it forever.
 
   supervise_test.py --kiln build/kiln --mpiexec mpiexec
 """
@@ -85,6 +87,32 @@ def main():
         starts = [e for e in events if e["event"] == "start"]
         assert len(starts) == 2 and starts[-1]["num_devices"] == 4, starts
         print("ok: rank 1 killed, restarted on 2 ranks x 2 devices: 16 steps once, losses within 1e-5")
+
+        # Corrupt one byte of the last checkpoint's shard 3 (a piece rank 1 reads) and resume
+        # that state under 2 ranks: the job ends in one line naming the file, nothing written.
+        ckpt = os.path.join(out, "full", "checkpoints", "16")
+        shard = os.path.join(ckpt, "shard-3.safetensors")
+        with open(shard, "r+b") as f:
+            header = int.from_bytes(f.read(8), "little")
+            f.seek(8 + header + 5)
+            b = f.read(1)
+            f.seek(8 + header + 5)
+            f.write(bytes([b[0] ^ 0x10]))
+        before = {n: os.path.getsize(os.path.join(ckpt, n)) for n in os.listdir(ckpt)}
+        start = time.monotonic()
+        p = subprocess.run(launcher + ["-n", "2", args.kiln, "train"] + MODEL + [
+            a for a in MESH4 if not a.startswith("local_devices") and not a.startswith("steps")] + [
+            "local_devices=2", "steps=20", f"base_output_directory={out}", "run_name=corrupt",
+            f"load_full_state_path={ckpt}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=300)
+        took = time.monotonic() - start
+        assert p.returncode != 0, p.stdout
+        errors = [l for l in p.stdout.splitlines() if l.startswith("kiln: error:")]
+        assert errors and "shard-3.safetensors" in errors[0] and "checksum" in errors[0], p.stdout
+        assert took < 50, f"the job took {took:.0f} s to end"
+        assert not os.path.exists(os.path.join(out, "corrupt", "checkpoints")), os.listdir(os.path.join(out, "corrupt"))
+        assert before == {n: os.path.getsize(os.path.join(ckpt, n)) for n in os.listdir(ckpt)}
+        print(f"ok: a corrupt shard stops the 2-rank resume in {took:.1f} s: {errors[0]}")
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

@@ -155,7 +155,8 @@ Status save_into(const std::string& tmp, const CheckpointState& state, const Sav
                                 dev < static_cast<int64_t>(t.shards.size()) ? t.shards[dev].size() : 0);
       }
       files[dev].push_back({t.name, dtype, r.dims, &t.shards[dev]});
-      checksums[t.name][std::to_string(dev)] = piece_checksum(t.shards[dev]);
+      checksums[t.name][std::to_string(dev)] = {{"whole", piece_checksum(t.shards[dev])},
+                                                {"blocks", block_checksums(t.shards[dev])}};
       total_bytes += static_cast<int64_t>(want);
     }
     tensors[t.name] = manifest_tensor_entry(t.shape, t.sharding, state.mesh);
@@ -179,7 +180,8 @@ Status save_into(const std::string& tmp, const CheckpointState& state, const Sav
       if (!checksums.contains(name) || !checksums[name].contains(dev)) {
         return internal_error("tensor {}: no rank wrote the piece of device {}", name, dev);
       }
-      piece["fnv1a64"] = checksums[name][dev];
+      piece["fnv1a64"] = checksums[name][dev]["whole"];
+      if (!checksums[name][dev]["blocks"].empty()) piece["block_fnv1a64"] = checksums[name][dev]["blocks"];
     }
   }
 
@@ -356,7 +358,8 @@ Result<CheckpointReader> CheckpointReader::open(const std::string& dir) {
         for (const auto& p : info.at("pieces")) {
           t.pieces.push_back({p.at("file").get<std::string>(), name, json_int(p.at("device")),
                               Region{json_ints(p.at("offset")), json_ints(p.at("dims"))},
-                              p.at("fnv1a64").get<std::string>()});
+                              p.at("fnv1a64").get<std::string>(),
+                              p.value("block_fnv1a64", std::vector<std::string>{})});
         }
       }
     } catch (const std::exception& e) {
@@ -448,10 +451,18 @@ Result<std::string> CheckpointReader::read_shard(const std::string& name, const 
       overlaps &= p.region.offset[d] < want.offset[d] + want.dims[d] && want.offset[d] < p.region.offset[d] + p.region.dims[d];
     }
     if (!overlaps) continue;
-    if (options.partial_reads && !region_contains(want, p.region)) {
+    // A piece of one block or less is read whole and checked: a partial read saves little.
+    const bool small = p.region.num_elements() * elem <= kChecksumBlockBytes;
+    if (options.partial_reads && !small && !region_contains(want, p.region)) {
       KILN_ASSIGN_OR_RETURN(auto found, piece_entry(*t, p));
       const uint64_t at = found.first->data_start + found.second->begin;
-      Result<int64_t> read = read_block_into(found.first->path, at, p.region, out, want, elem, "tensor " + name);
+      // With block checksums only the blocks the shard touches are read, each checked; a
+      // checkpoint written before them reads just the shard's bytes, unchecked.
+      Result<int64_t> read =
+          p.block_fnv1a64.empty()
+              ? read_block_into(found.first->path, at, p.region, out, want, elem, "tensor " + name)
+              : read_block_checked(found.first->path, at, p.region, out, want, elem,
+                                   fmt::format("tensor {} in {}", name, p.file), kChecksumBlockBytes, p.block_fnv1a64);
       if (!read.ok()) return Status(read.status().code(), fmt::format("checkpoint {}: {}", dir_, read.status().message()));
       continue;
     }

@@ -106,6 +106,7 @@ struct SavedPiece {
   int64_t device = 0;
   Region region;
   std::string fnv1a64;
+  std::vector<std::string> block_fnv1a64;  // per kChecksumBlockBytes (step_dir.h); empty: one block, or an older checkpoint
 };
 struct SavedTensor {
   std::string name;
@@ -119,9 +120,10 @@ struct SavedTensor {
 struct ShardReadOptions {
   // false: the whole piece is read and checked against its checksum, then the overlap kept.
   // true: only the overlap's bytes are read (pread of its rows, shard_read.h), so a device
-  // of an N-way split reads 1/N of a global tensor; the manifest's checksum covers the
-  // whole piece, so such a partial read is not checksummed (shape, dtype and the file's
-  // bounds still are; a piece wholly inside the shard is still read whole and checked).
+  // of an N-way split reads 1/N of a global tensor. Pieces over one block carry a checksum
+  // per block (step_dir.h), and a partial read reads and checks the blocks it touches; a
+  // checkpoint written before block checksums reads partially unchecked (shape, dtype and
+  // the file's bounds still are). A piece wholly inside the shard is read whole and checked.
   bool partial_reads = false;
 };
 

@@ -68,6 +68,7 @@ Status CheckpointWriter::write(const std::string& name, std::string_view bytes) 
   }
   KILN_RETURN_IF_ERROR(write_fd_all(fd_, bytes, shard_path_));
   checksums_.push_back(piece_checksum(bytes));
+  block_checksums_.push_back(block_checksums(bytes));
   ++next_;
   return ok_status();
 }
@@ -89,6 +90,7 @@ Status CheckpointWriter::commit(const std::string& config_yaml, const nlohmann::
   for (size_t i = 0; i < tensors_.size(); ++i) {
     nlohmann::ordered_json entry = manifest_tensor_entry(tensors_[i].second, ir::Sharding{}, mesh);
     entry["pieces"][0]["fnv1a64"] = checksums_[i];  // a global tensor: one piece, device 0's
+    if (!block_checksums_[i].empty()) entry["pieces"][0]["block_fnv1a64"] = block_checksums_[i];
     entries[tensors_[i].first] = std::move(entry);
   }
   KILN_RETURN_IF_ERROR(write_text_file((fs::path(tmp_) / kManifestFile).string(),

@@ -57,6 +57,7 @@ class CheckpointWriter {
   int fd_ = -1;
   std::vector<std::pair<std::string, ir::Shape>> tensors_;
   std::vector<std::string> checksums_;
+  std::vector<std::vector<std::string>> block_checksums_;
   int64_t next_ = 0;
   bool done_ = false;
 };

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/base/status.h"
 #include "kiln/checkpoint/shard_layout.h"
@@ -21,6 +22,14 @@ namespace kiln::checkpoint {
 // names the tensor in errors.
 Result<int64_t> read_block_into(const std::string& path, uint64_t data_offset, const Region& stored,
                                 std::string& dst, const Region& dst_region, int elem_size, const std::string& what);
+
+// The same, reading whole checksum blocks: the piece's bytes are blocks of `block_bytes`
+// (the last shorter) whose FNV-1a 64 checksums are `block_sums` (16 hex digits each); every
+// block the overlap touches is read and checked before its bytes are used. A mismatch is
+// DataLoss naming `what`, the block and its byte range. Returns the bytes read.
+Result<int64_t> read_block_checked(const std::string& path, uint64_t data_offset, const Region& stored,
+                                   std::string& dst, const Region& dst_region, int elem_size, const std::string& what,
+                                   int64_t block_bytes, const std::vector<std::string>& block_sums);
 
 // True when `inner` lies entirely within `outer`.
 bool region_contains(const Region& outer, const Region& inner);

@@ -24,6 +24,15 @@ std::map<std::string, std::string> shard_metadata(int64_t step, int64_t device) 
 
 std::string piece_checksum(std::string_view bytes) { return fmt::format("{:016x}", fnv1a64(bytes)); }
 
+std::vector<std::string> block_checksums(std::string_view bytes) {
+  std::vector<std::string> out;
+  if (static_cast<int64_t>(bytes.size()) <= kChecksumBlockBytes) return out;
+  for (size_t at = 0; at < bytes.size(); at += static_cast<size_t>(kChecksumBlockBytes)) {
+    out.push_back(piece_checksum(bytes.substr(at, static_cast<size_t>(kChecksumBlockBytes))));
+  }
+  return out;
+}
+
 nlohmann::ordered_json manifest_tensor_entry(const ir::Shape& shape, const ir::Sharding& sharding,
                                              const config::Mesh& mesh) {
   const std::vector<int64_t>& dims = shape.dims();

@@ -27,6 +27,12 @@ std::string shard_file(int64_t device);  // "shard-<device>.safetensors"
 std::map<std::string, std::string> shard_metadata(int64_t step, int64_t device);
 // FNV-1a 64 of a piece's bytes as the manifest writes it (16 hex digits).
 std::string piece_checksum(std::string_view bytes);
+// A piece larger than one block also has a checksum per kChecksumBlockBytes of its bytes
+// (the last block shorter), so a read of part of it (a shard of a resharded restore) checks
+// the blocks it touches: empty for a piece of one block or less. In the manifest as the
+// piece's "block_fnv1a64".
+inline constexpr int64_t kChecksumBlockBytes = int64_t{1} << 20;
+std::vector<std::string> block_checksums(std::string_view bytes);
 
 // A tensor's manifest entry {shape, dtype, sharding, pieces}; each owner's piece with an
 // empty fnv1a64, filled in once its bytes are written. Sharding already checked.
