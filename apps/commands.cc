@@ -31,7 +31,7 @@ const std::vector<Command>& commands() {
       {"ir-opt", "Run passes on an IR file and print the result (--passes=dce,cse,simplify)", add_ir_opt_command},
       {"ir-run", "Run an IR file with the reference interpreter on random or given inputs", add_ir_run_command},
       {"tokenize", "Text files -> token shards + manifest (--output DIR FILE...); --ids [--decode]: stdin text <-> ids", add_tokenize_command},
-      {"convert", "GPT-OSS weights between Hugging Face and Kiln checkpoints: --from hf|kiln --to kiln|hf IN OUT", add_convert_command},
+      {"convert", "Model weights (GPT-OSS, Llama 3, Qwen3-MoE, DeepSeek-V3) between Hugging Face and Kiln checkpoints: --from hf|kiln --to kiln|hf IN OUT", add_convert_command},
       {"forward", "Run a checkpoint's model on token ids: kiln forward CKPT tokens=FILE out=LOGITS.npy (+ per-token loss)", add_forward_command},
       {"sample", "Continue a prompt with a checkpoint: kiln sample CKPT prompt=\"...\" max_new_tokens=N temperature=T seed=S", add_sample_command},
       {"report", "A run's page: kiln report RUN_DIR -> RUN_DIR/report.html (charts and tables, offline); RUN_A RUN_B -o OUT.html overlays runs; --follow keeps it live",
