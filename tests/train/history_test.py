@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 24
 CLOCK_FIELDS = {"step_time_s", "data_wait_s", "collective_wait_s", "tokens_per_s_per_device",
-                "tflops_per_s_per_device", "mfu"}
+                "tflops_per_s_per_device", "mfu", "goodput"}
 
 
 def command(kiln, workdir, run_name, steps=STEPS):
