@@ -50,7 +50,18 @@ TEST_P(FamilyFlops, LearnableFlopsAreSixTimesTokensTimesActiveMatrixWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyFlops,
                          ::testing::Values(std::vector<std::string>{"model_name=gpt-oss-tiny"},
-                                           std::vector<std::string>{"model_name=gpt-oss-20b"}));
+                                           std::vector<std::string>{"model_name=gpt-oss-20b"},
+                                           std::vector<std::string>{"model_name=llama3-tiny"},
+                                           std::vector<std::string>{"model_name=llama3.1-8b"},
+                                           std::vector<std::string>{"model_name=qwen3-moe-tiny"},
+                                           std::vector<std::string>{"model_name=qwen3-30b-a3b"},
+                                           // Without the MTP module, which MaxText counts only in
+                                           // part (flops.h) and Kiln's parameter list counts as
+                                           // inactive.
+                                           std::vector<std::string>{"model_name=deepseek3-tiny",
+                                                                    "override_model_config=true", "mtp_num_layers=0"},
+                                           std::vector<std::string>{"model_name=deepseek3-671b",
+                                                                    "override_model_config=true", "mtp_num_layers=0"}));
 
 }  // namespace
 }  // namespace kiln::models

@@ -4,6 +4,10 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "kiln/checkpoint/hf_deepseek.h"
+#include "kiln/checkpoint/hf_llama.h"
+#include "kiln/checkpoint/hf_qwen3_moe.h"
+
 namespace kiln::checkpoint {
 
 namespace {
@@ -28,6 +32,11 @@ const std::vector<HfFamily>& hf_families() {
   static const std::vector<HfFamily> kFamilies = {
       {"gpt_oss", "gpt_oss", "GptOssForCausalLM", gpt_oss_to_hf_with_config, gpt_oss_hf_config, plan_gpt_oss,
        gpt_oss_config_from_shapes},
+      {"llama2", "llama", "LlamaForCausalLM", llama_to_hf, llama_hf_config, plan_llama_from_hf, llama_kiln_config},
+      {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM", qwen3_moe_to_hf, qwen3_moe_hf_config, plan_qwen3_moe_from_hf,
+       qwen3_moe_kiln_config},
+      {"deepseek", "deepseek_v3", "DeepseekV3ForCausalLM", deepseek_to_hf, deepseek_hf_config, plan_deepseek_from_hf,
+       deepseek_kiln_config},
   };
   return kFamilies;
 }

@@ -321,6 +321,7 @@ Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& k, const std::string& 
   if (num("routed_scaling_factor", 1.0) != 1.0) return refuse("routed_scaling_factor", "not 1");
   if (num("capacity_factor", -1.0) > 0) return refuse("capacity_factor", "> 0: dropping tokens (GPT-OSS is dropless)");
   if (flag("use_random_routing", false)) return refuse("use_random_routing", "true");
+  if (get("routed_score_func", std::string()) != "") return refuse("routed_score_func", "not \"\" (GPT-OSS's router)");
 
   nlohmann::json rope;
   const std::string rope_type = get("rope_type", std::string("yarn"));

@@ -64,6 +64,11 @@ struct KilnFromHf {
   HfTransform transform = HfTransform::kCopy;
   int64_t rows = 0, cols = 0;   // the source as a matrix [rows, cols] (kTranspose, kColumns)
   int64_t first = 0, step = 1;  // kColumns
+  // Several Hugging Face tensors stacked into one Kiln tensor (per-expert weights, as
+  // Qwen3-MoE's experts.E.gate_proj.weight, into one [E, ...] tensor): when not empty, Kiln
+  // slice i along dimension 0 is made from stack[i] by `transform` as above (rows and cols
+  // describe each source, all of the same shape and dtype); `source` is then stack[0].
+  std::vector<std::string> stack;
 };
 // The Kiln tensors of gpt_oss_from_hf, in its (name) order, with the same checks and errors
 // (a missing or misshapen tensor is named), from shapes only. A source whose dtype Kiln does

@@ -171,7 +171,39 @@ Result<HfCheckpoint> HfCheckpoint::open(const std::string& dir) {
   return hf;
 }
 
+namespace {
+
+// Part i of a stacked plan entry (KilnFromHf::stack): stack[i] made into Kiln slice i, a
+// tensor of the Kiln shape without its first dimension.
+KilnFromHf stacked_part(const KilnFromHf& t, int64_t i) {
+  KilnFromHf part = t;
+  part.stack.clear();
+  part.source = t.stack[static_cast<size_t>(i)];
+  part.shape = ir::Shape(t.shape.dtype(), std::vector<int64_t>(t.shape.dims().begin() + 1, t.shape.dims().end()));
+  return part;
+}
+
+// A stacked entry's first dimension is its number of sources (the plan made it so).
+Status check_stack(const std::string& dir, const KilnFromHf& t) {
+  if (t.shape.rank() < 1 || t.shape.dims()[0] != static_cast<int64_t>(t.stack.size())) {
+    return internal_error("{}: {} stacks {} tensors into {}", dir, t.name, t.stack.size(), t.shape.to_string());
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Result<std::string> HfCheckpoint::produce(const KilnFromHf& t) const {
+  if (!t.stack.empty()) {  // each source in turn: the Kiln tensor's slices are contiguous
+    KILN_RETURN_IF_ERROR(check_stack(dir_, t));
+    std::string out;
+    out.reserve(static_cast<size_t>(t.shape.byte_size()));
+    for (int64_t i = 0; i < t.shape.dims()[0]; ++i) {
+      KILN_ASSIGN_OR_RETURN(std::string part, produce(stacked_part(t, i)));
+      out += part;
+    }
+    return out;
+  }
   auto it = where_.find(t.source);
   if (it == where_.end()) return not_found("{}: Hugging Face tensor {} is missing", dir_, t.source);
   return it->second.scales_file ? produce_mxfp4(t, it->second) : produce_plain(t, it->second);
@@ -312,6 +344,18 @@ Result<std::string> HfCheckpoint::produce_block(const KilnFromHf& t, const Regio
       return internal_error("{}: block [{}] + [{}] outside {} {}", dir_, ir::dims_to_string(block.offset),
                             ir::dims_to_string(block.dims), t.name, t.shape.to_string());
     }
+  }
+  if (!t.stack.empty()) {
+    // The block's slices along dimension 0, each the same block of its own source.
+    KILN_RETURN_IF_ERROR(check_stack(dir_, t));
+    const Region inner{std::vector<int64_t>(block.offset.begin() + 1, block.offset.end()),
+                       std::vector<int64_t>(block.dims.begin() + 1, block.dims.end())};
+    std::string out;
+    for (int64_t i = block.offset[0]; i < block.offset[0] + block.dims[0]; ++i) {
+      KILN_ASSIGN_OR_RETURN(std::string part, produce_block(stacked_part(t, i), inner));
+      out += part;
+    }
+    return out;
   }
   auto it = where_.find(t.source);
   if (it == where_.end()) return not_found("{}: Hugging Face tensor {} is missing", dir_, t.source);

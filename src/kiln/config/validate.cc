@@ -332,6 +332,12 @@ Status check_exclusive_keys(const Config& c) {
   if (c.get_list("mlp_activations").empty()) {
     return invalid_argument("mlp_activations=[]: expected one or two activations, e.g. [silu, linear]");
   }
+  // The auxiliary-loss-free bias update is DeepSeek-V3's routing (as MaxText checks it).
+  if (c.get_float("routed_bias_update_rate") != 0.0 && c.get_string("decoder_block") != "deepseek") {
+    return unimplemented("{}: the auxiliary-loss-free bias update is DeepSeek-V3's routing (accepted: 0 unless "
+                         "decoder_block=deepseek)",
+                         setting(c, "routed_bias_update_rate"));
+  }
   return ok_status();
 }
 
@@ -420,8 +426,6 @@ const std::vector<SingleValueKey>& single_value_keys() {
       {"param_scan_axis", "1", "Kiln lays out stacked parameters itself and does not move their layer axis"},
       {"float32_qk_product", "true", "Kiln's attention always forms q·k in float32 (bf16 inputs, f32 sums)"},
       {"float32_logits", "true", "Kiln's attention softmax is always float32"},
-      {"routed_bias_update_rate", "0.0",
-       "the auxiliary-loss-free bias update belongs to DeepSeek-V3's routing, which Kiln does not have yet"},
       {"ragged_buffer_factor", "-1.0",
        "expert-parallel exchange buffers hold the worst case, dropless (num_moe_chunks bounds them); a smaller "
        "factor that could drop tokens is not implemented"},

@@ -7,7 +7,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "kiln/models/deepseek/deepseek.h"
 #include "kiln/models/gpt_oss/gpt_oss.h"
+#include "kiln/models/llama/llama.h"
+#include "kiln/models/qwen3_moe/qwen3_moe.h"
 
 namespace kiln::models {
 
@@ -26,6 +29,11 @@ const std::vector<Family>& families() {
   // from the config (each in its own directory).
   static const std::vector<Family> kFamilies = {
       {"gpt_oss", "GPT-OSS: MoE with sinks, alternating sliding/full attention, YaRN", gpt_oss::make_gpt_oss},
+      {"llama2", "Llama 2 and 3: dense SwiGLU, GQA, RoPE with llama3.1 scaling, tied or untied embeddings",
+       llama::make_llama},
+      {"qwen3_moe", "Qwen3-MoE: QK-norm, softmax top-k routing over many SwiGLU experts", qwen3_moe::make_qwen3_moe},
+      {"deepseek", "DeepSeek-V3: MLA, dense-first then MoE with a shared expert, sigmoid group routing, MTP",
+       deepseek::make_deepseek},
   };
   return kFamilies;
 }

@@ -51,6 +51,17 @@ struct LossOutputs {
   // f32 [MoE layers, 3]: per layer max and mean (token, expert) pairs per expert and pairs
   // dropped by the capacity; invalid for a model without MoE layers. Not differentiated.
   frontend::Tensor expert_load;
+  // Parameters the step sets rather than trains (DeepSeek-V3's router correction bias):
+  // after the optimizer, parameter `index` (in params()) becomes `value` (its shape and
+  // dtype, computed from this step's forward pass, e.g. from the expert loads) instead of
+  // the optimizer's update, and its optimizer state stays as it was (zero). Such a
+  // parameter must take no gradient (the model stops it), so clipping and the other
+  // parameters' updates do not see it. Empty for most models.
+  struct StateUpdate {
+    int index = -1;
+    frontend::Tensor value;
+  };
+  std::vector<StateUpdate> state_updates;
 };
 
 struct ParamCounts {

@@ -44,6 +44,11 @@ Tensor attention(const GptOssConfig& c, const ParamTable& p, const std::string& 
   Tensor k = project("key", {"activation_batch", "activation_length", "activation_kv_heads", "activation_kv_head_dim"});
   Tensor v = project("value", {"activation_batch", "activation_length", "activation_kv_heads", "activation_kv_head_dim"});
 
+  if (c.use_qk_norm) {
+    // Qwen3: RMSNorm over each head's Dh, with a [Dh] scale shared by the heads, before RoPE.
+    q = frontend::nn::rms_norm(q, p.raw(prefix + ".query_norm.scale"), c.eps).named("query_norm");
+    k = frontend::nn::rms_norm(k, p.raw(prefix + ".key_norm.scale"), c.eps).named("key_norm");
+  }
   q = apply_rope(q, rope).named("query_rope");
   k = apply_rope(k, rope).named("key_rope");
 

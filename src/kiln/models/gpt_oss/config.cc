@@ -59,6 +59,7 @@ Result<GptOssConfig> GptOssConfig::from(const config::Config& config) {
   c.eps = number(config, "normalization_layer_epsilon");
   c.attention_bias = config.get_bool("attention_bias");
   c.attention_sink = config.get_bool("attention_sink");
+  c.use_qk_norm = config.get_bool("use_qk_norm");
   c.sliding_window = config.get_int("sliding_window_size");
   c.attention = config.get_string("attention");
 
@@ -83,6 +84,7 @@ Result<GptOssConfig> GptOssConfig::from(const config::Config& config) {
   c.norm_topk_prob = config.get_bool("norm_topk_prob");
   c.float32_weight_sum = config.get_bool("float32_weight_sum");
   c.routed_scaling_factor = number(config, "routed_scaling_factor");
+  c.routed_score_func = config.get_string("routed_score_func");
   c.load_balance_loss_weight = number(config, "load_balance_loss_weight");
   c.sparse_matmul = config.get_bool("sparse_matmul");
   c.capacity_factor = number(config, "capacity_factor");
@@ -107,9 +109,10 @@ Result<GptOssConfig> GptOssConfig::from(const config::Config& config) {
                             c.heads, c.kv_heads);
   }
   if (c.head_dim % 2 != 0) return invalid_argument("head_dim: RoPE needs an even head width, got {}", c.head_dim);
-  if (r.type != "default" && r.type != "yarn") {
-    return invalid_argument("rope_type: '{}' is not supported by decoder_block gpt_oss (accepted: default, yarn)",
-                            r.type);
+  // The shared rope code has all three; each family's make function refuses the ones it
+  // does not have (GPT-OSS: llama3.1).
+  if (r.type != "default" && r.type != "yarn" && r.type != "llama3.1") {
+    return invalid_argument("rope_type: '{}' is not supported (accepted: default, llama3.1, yarn)", r.type);
   }
   if (c.num_experts < 1 || c.top_k < 1 || c.top_k > c.num_experts) {
     return invalid_argument("num_experts_per_tok: {} must be between 1 and num_experts ({})", c.top_k, c.num_experts);

@@ -14,16 +14,38 @@ namespace kiln::models::gpt_oss {
 using frontend::Tensor;
 
 Tensor ParamTable::raw(const std::string& name) const {
-  int i = model_.index(name);
+  int i = index_(name);
   KILN_CHECK(i >= 0) << "the model has no parameter " << name;
   KILN_CHECK_LT(static_cast<size_t>(i), values_.size()) << "fewer traced parameters than params()";
   return values_[i];
 }
 
-Tensor ParamTable::operator()(const std::string& name) const { return raw(name).astype(model_.config().dtype); }
+Tensor ParamTable::operator()(const std::string& name) const { return raw(name).astype(dtype_); }
 
 Result<std::unique_ptr<Model>> make_gpt_oss(const config::Config& config) {
   KILN_ASSIGN_OR_RETURN(GptOssConfig c, GptOssConfig::from(config));
+  if (c.rope.type == "llama3.1") {
+    return invalid_argument(
+        "rope_type: 'llama3.1' is not supported by decoder_block gpt_oss (accepted: default, yarn)");
+  }
+  if (c.use_qk_norm) return invalid_argument("use_qk_norm: true is not supported by decoder_block gpt_oss (accepted: false)");
+  // DeepSeek-V3's switches (models/deepseek) are not GPT-OSS's.
+  if (c.routed_score_func == "sigmoid") {
+    return invalid_argument("routed_score_func: 'sigmoid' is not supported by decoder_block gpt_oss (accepted: \"\")");
+  }
+  if (config.get_string("attention_type") == "mla") {
+    return invalid_argument("attention_type: 'mla' is not supported by decoder_block gpt_oss (accepted: global)");
+  }
+  for (const char* key : {"n_routing_groups", "topk_routing_group"}) {
+    if (config.get_int(key) != -1) {
+      return invalid_argument("{}: {} is not supported by decoder_block gpt_oss (accepted: -1)", key, config.get_int(key));
+    }
+  }
+  for (const char* key : {"shared_experts", "first_num_dense_layers", "mtp_num_layers"}) {
+    if (config.get_int(key) != 0) {
+      return invalid_argument("{}: {} is not supported by decoder_block gpt_oss (accepted: 0)", key, config.get_int(key));
+    }
+  }
   KILN_RETURN_IF_ERROR(resolve_moe_layout(config, c));
   return std::unique_ptr<Model>(std::make_unique<GptOss>(std::move(c)));
 }

@@ -21,6 +21,7 @@
 //   layers.N.self_attention.out.kernel              [H, Dh, D]    (heads, kv, embed)
 //   layers.N.self_attention.out.bias                [D]           (embed)                   attention_bias
 //   layers.N.self_attention.sinks                   [H]           (replicated)              attention_sink
+//   layers.N.self_attention.{query,key}_norm.scale  [Dh]          (norm)                    use_qk_norm
 //   layers.N.post_self_attention_layer_norm.scale   [D]           (norm)
 //   MoE (num_experts > 1), expert width I = moe_mlp_dim:
 //   layers.N.mlp.gate.kernel                        [D, E]        (embed, -)
@@ -55,7 +56,8 @@
 // choices), float32_qk_product / float32_logits (the
 // softmax is always float32), inhomogeneous_layer_cycle_interval (the sliding/full
 // alternation is GPT-OSS's). Keys that would change the math but are not implemented
-// (attn_logits_soft_cap, fused_qkv, dropout, rope_type llama3.1) are errors.
+// (attn_logits_soft_cap, fused_qkv, dropout) are errors, and so is rope_type llama3.1 in
+// GPT-OSS itself (make_gpt_oss; the shared rope code has it for models/llama).
 #pragma once
 
 #include <map>
@@ -68,11 +70,12 @@
 namespace kiln::models::gpt_oss {
 
 struct RopeConfig {
-  std::string type = "default";  // default | yarn
+  std::string type = "default";  // default | llama3.1 | yarn
   int64_t head_dim = 0;
   double min_timescale = 1.0;
   double max_timescale = 10000.0;  // theta
-  // YaRN.
+  // YaRN and llama3.1 (factor and original_max_position only; llama3.1's low and high
+  // frequency factors are fixed at 1 and 4, as in MaxText and Meta's release).
   double factor = 1.0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
@@ -80,7 +83,7 @@ struct RopeConfig {
   bool truncate = true;
   bool attention_scaling = false;  // multiply cos/sin by 0.1 * mscale * ln(factor) + 1
   double mscale = 1.0;
-  bool interleave = false;  // rotate (2i, 2i+1) pairs (YaRN only; default RoPE rotates halves)
+  bool interleave = false;  // rotate (2i, 2i+1) pairs (YaRN only; default and llama3.1 RoPE rotate halves)
 };
 
 // Inverse frequencies [head_dim / 2], computed in double on the host (spec §1.4).
@@ -94,6 +97,7 @@ struct GptOssConfig {
   int64_t mlp_dim = 0;  // expert width (MoE) or dense MLP width
   double eps = 1e-5;
   bool attention_bias = false, attention_sink = false;
+  bool use_qk_norm = false;  // RMSNorm over each head's Dh of q and k before RoPE (Qwen3)
   int64_t sliding_window = 0;  // keys (including self) a sliding layer sees; 0 = all layers full
   std::string attention = "autoselected";  // autoselected | dot_product | flash (see attention.cc)
   RopeConfig rope;
@@ -101,6 +105,16 @@ struct GptOssConfig {
   double activations_limit = -1.0;
   bool mlp_bias = false, routed_bias = false, norm_topk_prob = false, float32_weight_sum = true;
   double routed_scaling_factor = 1.0;
+  // Router scores (mlp.cc route): "" is GPT-OSS's (top-k of the logits, softmax over the k
+  // picked); "softmax" a softmax over all experts, then top-k of the probabilities (Qwen3-MoE).
+  std::string routed_score_func;
+  // "sigmoid" (DeepSeek-V3): sigmoid scores; routed_bias (gate.bias) is added only to choose
+  // the experts, within the topk_routing_group best of n_routing_groups groups (a group's
+  // score: the sum of its two best biased scores); the weights are the picked scores.
+  int64_t n_routing_groups = -1, topk_routing_group = -1;  // -1: no groups
+  // Experts every token runs beside the routed ones, as one dense MLP of width
+  // shared_experts * mlp_dim ("mlp.shared_experts.wi_0.kernel", ...), added to the output.
+  int64_t shared_experts = 0;
   double load_balance_loss_weight = 0.0;
   // Expert dispatch: sparse_matmul (megablox is MaxText's kernel choice under it; Kiln has
   // one grouped-matmul kernel for both) sorts the (token, expert) pairs by expert and runs

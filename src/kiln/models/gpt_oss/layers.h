@@ -2,6 +2,7 @@
 // models/gpt_oss: gpt_oss.cc composes them into the decoder.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,15 +15,23 @@ namespace kiln::models::gpt_oss {
 // The traced parameters of one trace, looked up by name.
 class ParamTable {
  public:
-  ParamTable(const GptOss& model, std::span<const frontend::Tensor> values) : model_(model), values_(values) {}
-  bool has(const std::string& name) const { return model_.index(name) >= 0; }
+  ParamTable(const GptOss& model, std::span<const frontend::Tensor> values)
+      : index_([&model](const std::string& name) { return model.index(name); }),
+        dtype_(model.config().dtype),
+        values_(values) {}
+  // Any model's parameters (another family reusing these pieces): `index` gives a name's
+  // position in `values` (-1 when absent); `dtype` is the compute dtype.
+  ParamTable(std::function<int(const std::string&)> index, ir::DType dtype, std::span<const frontend::Tensor> values)
+      : index_(std::move(index)), dtype_(dtype), values_(values) {}
+  bool has(const std::string& name) const { return index_(name) >= 0; }
   // The parameter as stored (weight_dtype).
   frontend::Tensor raw(const std::string& name) const;
   // The parameter cast to the compute dtype, as every matmul uses it.
   frontend::Tensor operator()(const std::string& name) const;
 
  private:
-  const GptOss& model_;
+  std::function<int(const std::string&)> index_;
+  ir::DType dtype_;
   std::span<const frontend::Tensor> values_;
 };
 
@@ -69,6 +78,8 @@ struct MlpOutputs {
   // MoE only: f32 [3] = {max, mean} routed (token, expert) pairs per expert, pairs dropped
   // by the capacity (0 when dropless).
   frontend::Tensor expert_load;
+  // MoE only: f32 [E], (token, expert) pairs routed to each expert (no gradient).
+  frontend::Tensor expert_counts;
 };
 // x: [B, T, D] (already normalised). `prefix` is "layers.N.mlp".
 MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const frontend::Tensor& x);

@@ -96,26 +96,60 @@ int64_t expert_capacity(const GptOssConfig& c, int64_t seq_len) {
   return static_cast<int64_t>(std::max(balanced * c.capacity_factor, c.capacity_factor));
 }
 
-// Router: linear with bias, top-k on the raw logits, softmax over the k picked (in float32).
+// DeepSeek-V3's choice (routed_score_func "sigmoid", as transformers' DeepseekV3TopkRouter):
+// the bias (gate.bias, routed_bias) is added to the sigmoid scores [B, T, E] only to choose;
+// with n_routing_groups > 1 the experts come from the topk_routing_group groups whose two
+// best biased scores sum highest. Returns the picked unbiased scores and the experts; no
+// gradient reaches the bias (the choice is an index).
+std::pair<Tensor, Tensor> sigmoid_top_k(const GptOssConfig& c, const ParamTable& p, const std::string& prefix,
+                                        const Tensor& scores) {
+  const int64_t b = scores.dim(0), t = scores.dim(1), e = c.num_experts;
+  Tensor choice = frontend::stop_gradient(scores);
+  if (c.routed_bias) choice = choice + frontend::stop_gradient(p.raw(prefix + ".gate.bias").astype(ir::DType::kF32));
+  choice = choice.named("router_choice_scores");                                   // [B, T, E]
+  if (c.n_routing_groups > 1) {
+    const int64_t groups = c.n_routing_groups, per = e / groups;
+    Tensor group_scores = frontend::top_k(choice.reshape({b, t, groups, per}), 2).first.sum({-1});  // [B, T, G]
+    Tensor best = frontend::top_k(group_scores, c.topk_routing_group).second;                       // [B, T, g]
+    Tensor kept = frontend::one_hot(best, groups, ir::DType::kF32).sum({2});                         // [B, T, G]
+    Tensor kept_experts = kept.expand_dims(-1).broadcast_to({b, t, groups, per}).reshape({b, t, e});
+    // Experts of the other groups are never picked (top_k needs k <= g * E / G experts left).
+    choice = frontend::where(kept_experts > 0.5, choice, -3.0e38).named("router_group_limited_scores");
+  }
+  Tensor index = frontend::top_k(choice, c.top_k).second;                          // [B, T, k]
+  return {scores.take(index, 2, 2), index};
+}
+
+// Router: linear with bias, top-k on the raw logits, softmax over the k picked (in float32);
+// routed_score_func "softmax": softmax over all experts, top-k of those probabilities.
 // use_random_routing picks the k experts from uniform random scores instead (a balanced
 // load for performance work; the same draw every step) and keeps the softmax of the router
 // logits over those k as the weights, so the router still trains.
 Routing route(const GptOssConfig& c, const ParamTable& p, const std::string& prefix, const Tensor& x) {
   Routing r;
   const int64_t b = x.dim(0), t = x.dim(1), e = c.num_experts, k = c.top_k;
+  const bool sigmoid_scores = c.routed_score_func == "sigmoid";  // DeepSeek-V3: the bias only chooses
   Tensor logits = frontend::einsum("btd,de->bte", x, p(prefix + ".gate.kernel"));
-  if (c.routed_bias) logits = logits + p(prefix + ".gate.bias");
+  if (c.routed_bias && !sigmoid_scores) logits = logits + p(prefix + ".gate.bias");
   r.logits = logits.astype(ir::DType::kF32).named("router_logits").axes({"activation_batch", "activation_length", ""});
+  // routed_score_func "softmax" (Qwen3-MoE): top-k of the probabilities over all experts,
+  // which are the weights themselves (renormalised below when norm_topk_prob).
+  const bool softmax_scores = c.routed_score_func == "softmax";
+  const Tensor scores = softmax_scores   ? frontend::nn::softmax(r.logits, -1).named("router_probs")
+                        : sigmoid_scores ? frontend::sigmoid(r.logits).named("router_scores")
+                                         : r.logits;
   Tensor top_logits, top_index;
   if (c.use_random_routing) {
-    Tensor scores = x.graph()->random({b, t, e}, "uniform", /*seed=*/0).named("random_routing_scores");
-    top_index = frontend::top_k(scores, k).second;
-    top_logits = r.logits.take(top_index, 2, 2);                                   // [B, T, k]
+    Tensor uniform = x.graph()->random({b, t, e}, "uniform", /*seed=*/0).named("random_routing_scores");
+    top_index = frontend::top_k(uniform, k).second;
+    top_logits = scores.take(top_index, 2, 2);                                     // [B, T, k]
+  } else if (sigmoid_scores) {
+    std::tie(top_logits, top_index) = sigmoid_top_k(c, p, prefix, scores);        // [B, T, k]
   } else {
-    std::tie(top_logits, top_index) = frontend::top_k(r.logits, k);                // [B, T, k]
+    std::tie(top_logits, top_index) = frontend::top_k(scores, k);                  // [B, T, k]
   }
   r.index = top_index.named("expert_index");
-  r.weights = frontend::nn::softmax(top_logits, -1);                               // over the k picked
+  r.weights = softmax_scores || sigmoid_scores ? top_logits : frontend::nn::softmax(top_logits, -1);  // "": over the k picked
   if (c.norm_topk_prob) r.weights = r.weights / r.weights.sum({-1}, true);
   if (c.routed_scaling_factor != 1.0) r.weights = r.weights * c.routed_scaling_factor;
   Tensor picked = frontend::one_hot(r.index, e, ir::DType::kF32);                  // [B, T, k, E]
@@ -206,7 +240,13 @@ MlpOutputs mlp(const GptOssConfig& c, const ParamTable& p, const std::string& pr
   Tensor out = !c.sparse_matmul              ? dense_experts(c, p, prefix, x, routing)
                : use_token_routing(c, x) ? token_routed_experts(c, p, prefix, x, routing.index, routing.weights, routing.keep)
                                          : sparse_experts(c, p, prefix, x, routing);
+  if (c.shared_experts > 0) {
+    // DeepSeek's shared expert(s): one dense MLP every token runs, added to the routed sum.
+    auto shared_scope = g.scope("shared_experts");
+    out = out + dense_mlp(c, p, prefix + ".shared_experts", x);
+  }
   result.out = out.named("out").axes({"activation_batch", "activation_length", "activation_embed"});
+  result.expert_counts = frontend::stop_gradient(routing.counts);
   {
     // Expert load for the metrics: max and mean pairs per expert, pairs dropped.
     Tensor load_max = frontend::stop_gradient(routing.counts).max({0});

@@ -45,6 +45,10 @@ void GptOss::build_specs() {
     add(attn + "out.kernel", {h, dh, d}, {"heads", "kv", "embed"}, fan_in(h * dh));
     if (c.attention_bias) add(attn + "out.bias", {d}, {"embed"}, zeros());
     if (c.attention_sink) add(attn + "sinks", {h}, {""}, zeros());
+    if (c.use_qk_norm) {
+      add(attn + "query_norm.scale", {dh}, {"norm"}, ones());
+      add(attn + "key_norm.scale", {dh}, {"norm"}, ones());
+    }
     add(layer + "post_self_attention_layer_norm.scale", {d}, {"norm"}, ones());
 
     const std::string mlp = layer + "mlp.";
@@ -60,6 +64,15 @@ void GptOss::build_specs() {
       }
       add(mlp + "wo", {e, f, d}, {"exp", "mlp_moe", "embed_moe"}, fan_in(f), active);
       if (c.mlp_bias) add(mlp + "wo_bias", {e, d}, {"exp", "activation_embed"}, zeros(), active);
+      if (c.shared_experts > 0) {  // one dense MLP of width S * I that every token runs (mlp.cc)
+        const int64_t s = c.shared_experts * f;
+        for (const char* wi : gated ? std::vector<const char*>{"wi_0", "wi_1"} : std::vector<const char*>{"wi_0"}) {
+          add(mlp + "shared_experts." + wi + ".kernel", {d, s}, {"embed", "mlp"}, fan_in(d));
+          if (c.mlp_bias) add(mlp + "shared_experts." + wi + ".bias", {s}, {"mlp"}, zeros());
+        }
+        add(mlp + "shared_experts.wo.kernel", {s, d}, {"mlp", "embed"}, fan_in(s));
+        if (c.mlp_bias) add(mlp + "shared_experts.wo.bias", {d}, {"embed"}, zeros());
+      }
     } else {
       for (const char* wi : gated ? std::vector<const char*>{"wi_0", "wi_1"} : std::vector<const char*>{"wi_0"}) {
         add(mlp + wi + ".kernel", {d, f}, {"embed", "mlp"}, fan_in(d));

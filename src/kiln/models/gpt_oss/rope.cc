@@ -1,5 +1,5 @@
-// Rotary position embeddings: the inverse frequencies (plain RoPE or YaRN, spec §1.4),
-// computed once on the host in double, and their application to q and k.
+// Rotary position embeddings: the inverse frequencies (plain RoPE, Llama 3.1's scaling or
+// YaRN, spec §1.4), computed once on the host in double, and their application to q and k.
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -20,6 +20,25 @@ std::vector<double> rope_inv_freq(const RopeConfig& r) {
     for (int64_t i = 0; i < half; ++i) {
       double fraction = 2.0 * static_cast<double>(i) / static_cast<double>(d);
       inv[i] = 1.0 / (r.min_timescale * std::pow(r.max_timescale / r.min_timescale, fraction));
+    }
+    if (r.type == "llama3.1") {
+      // Llama 3.1 (transformers' rope_type "llama3", MaxText's llama3.1): frequencies whose
+      // wavelength is shorter than original / high_freq_factor are kept, those longer than
+      // original / low_freq_factor are divided by the factor, and those in between are
+      // blended by how many times they turn over the original context. The low and high
+      // factors are fixed at 1 and 4 (Meta's values; MaxText has no key for them).
+      constexpr double kLowFreqFactor = 1.0, kHighFreqFactor = 4.0;
+      const double original = static_cast<double>(r.original_max_position);
+      const double low_freq_wavelen = original / kLowFreqFactor, high_freq_wavelen = original / kHighFreqFactor;
+      for (double& f : inv) {
+        const double wavelen = 2.0 * std::numbers::pi / f;
+        if (wavelen > low_freq_wavelen) {
+          f /= r.factor;
+        } else if (wavelen >= high_freq_wavelen) {
+          const double smooth = (original / wavelen - kLowFreqFactor) / (kHighFreqFactor - kLowFreqFactor);
+          f = (1.0 - smooth) * f / r.factor + smooth * f;
+        }
+      }
     }
     return inv;
   }

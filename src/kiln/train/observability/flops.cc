@@ -26,6 +26,7 @@ FlopInputs FlopInputs::from_config(const config::Config& config) {
     in.first_dense_layers = std::min(config.get_int("first_num_dense_layers"), in.num_layers);
     in.shared_experts = config.get_int("shared_experts");
   }
+  in.mtp_layers = config.get_int("mtp_num_layers");
   in.mla = config.get_string("attention_type") == "mla";
   if (in.mla) {
     in.q_lora_rank = config.get_int("q_lora_rank");
@@ -46,15 +47,17 @@ TrainingFlops training_tflops_per_device(const FlopInputs& in, FlopFormula formu
 
   // One MLP of width `width`: the gate (and up) projections, then the down projection.
   auto mlp = [&](double width) { return 2 * B * T * width * D * n_act + 2 * B * T * width * D; };
-  double ffn_all_layers;  // over all L layers
+  double ffn_all_layers, ffn_last_layer;  // over all L layers; the last one's (multi-token prediction)
   if (in.num_experts > 1) {
     const double E = static_cast<double>(in.num_experts), k = static_cast<double>(in.experts_per_token);
     const double S = static_cast<double>(in.shared_experts), I = static_cast<double>(in.moe_mlp_dim);
     const double moe = 2 * B * T * D * E + (k + S) * mlp(I);
     ffn_all_layers = static_cast<double>(in.first_dense_layers) * mlp(static_cast<double>(in.mlp_dim)) +
                      static_cast<double>(L - in.first_dense_layers) * moe;
+    ffn_last_layer = in.first_dense_layers < L ? moe : mlp(static_cast<double>(in.mlp_dim));
   } else {
     ffn_all_layers = static_cast<double>(L) * mlp(static_cast<double>(in.mlp_dim));
+    ffn_last_layer = mlp(static_cast<double>(in.mlp_dim));
   }
   double qkv, proj, score_width;  // score_width: q·k plus p·v widths per head (2d without MLA)
   if (in.mla) {
@@ -74,11 +77,13 @@ TrainingFlops training_tflops_per_device(const FlopInputs& in, FlopFormula formu
     score_width = 2 * hd;
   }
   const double unembed = 2 * B * T * D * V;
-  const double learnable = 3 * (ffn_all_layers + static_cast<double>(L) * (qkv + proj) + unembed);
+  const double mtp = static_cast<double>(in.mtp_layers);
+  const double learnable =
+      3 * (ffn_all_layers + static_cast<double>(L) * (qkv + proj) + unembed + mtp * (ffn_last_layer + qkv + proj));
 
   // Sliding layers: the even ones (0, 2, ...) when a window is set.
-  const int64_t full_layers = in.sliding_window > 0 ? L / 2 : L;
-  const int64_t sliding_layers = L - full_layers;
+  const int64_t full_layers = (in.sliding_window > 0 ? L / 2 : L) + in.mtp_layers;
+  const int64_t sliding_layers = L + in.mtp_layers - full_layers;
   const double W = static_cast<double>(std::min(in.sliding_window > 0 ? in.sliding_window : in.seq_len, in.seq_len));
   double attention;
   if (formula == FlopFormula::kMaxText2602) {

@@ -17,7 +17,10 @@
 //                   kv 2BT(D (r_kv + qk_rope_head_dim) + r_kv H (qk_nope_head_dim + d_v)),
 //                   out 2BTDH d_v; scores and values 2BT²H(d_qk + d_v) before the causal halving
 //   learnable       3 × (L FFN + L proj + unembed)
-//   not counted     (as MaxText) the multi-token prediction layers (mtp_num_layers), QK norms
+//   multi-token prediction (mtp_num_layers M, as MaxText): each module counts one more layer's
+//                   FFN (the last layer's kind) and attention projections in learnable and one
+//                   more layer of attention; its [2D, D] projection and second unembedding not
+//   not counted     QK norms
 //   attention       GPT-OSS alternates sliding (W' = min(W, T)) and full layers, layer 0
 //                   sliding: L - floor(L/2) sliding, floor(L/2) full (all full when W = 0).
 //     kMaxText2602  (MaxText of Feb 2026, which the reference run used):
@@ -46,6 +49,7 @@ struct FlopInputs {
   int64_t sliding_window = 0;  // 0: every layer is full causal
   int64_t first_dense_layers = 0;  // of num_layers, dense before the MoE ones (num_experts > 1)
   int64_t shared_experts = 0;      // each of width moe_mlp_dim, beside the routed ones
+  int64_t mtp_layers = 0;          // multi-token prediction modules (mtp_num_layers)
   // Multi-head latent attention (attention_type=mla); head_dim and kv heads are then unused.
   bool mla = false;
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;

@@ -99,6 +99,7 @@ Result<models::LossOutputs> accumulate_micro_batches(Graph& g, const models::Mod
                     micro(batch.segmentation, m)};
     parts.push_back(model.loss(g, params, b));
     KILN_RETURN_IF_ERROR(check_loss(parts.back()));
+
     KILN_ASSIGN_OR_RETURN(Tensor w, scalar_f32(g, parts.back().total_weights, "total_weights"));
     mark_stage(first, m);
     all_weights = m == 0 ? w : all_weights + w;  // the metric
@@ -138,6 +139,9 @@ Result<models::LossOutputs> accumulate_micro_batches(Graph& g, const models::Mod
     mark_stage(first, m);
   }
   out.total_weights = all_weights;
+  // Parameters the model sets take the last micro-batch's value (a model whose value
+  // depends on the batch refuses gradient accumulation itself: models/deepseek).
+  out.state_updates = parts.back().state_updates;
   out.moe_lb_loss = out.moe_lb_loss / static_cast<double>(k);
   if (out.expert_load.valid()) out.expert_load = out.expert_load / static_cast<double>(k);
   return out;
@@ -203,6 +207,19 @@ Result<StepProgram> build_step_program(const models::Model& model, const StepPro
   optim::Clipped clipped = optim::clip_by_global_norm(grads, options.clip_threshold);
   Tensor lr = optim::learning_rate(options.schedule, step);
   optim::AdamWResult update = optim::adamw_update(options.adamw, params, clipped.grads, mu, nu, step, lr, program.decay);
+  // Parameters the model sets (LossOutputs::state_updates, e.g. DeepSeek-V3's router bias)
+  // take the model's value instead of the optimizer's update, and keep their optimizer state.
+  for (const models::LossOutputs::StateUpdate& u : losses.state_updates) {
+    if (u.index < 0 || u.index >= program.num_params || !u.value.valid() ||
+        u.value.shape() != specs[u.index].shape) {
+      return invalid_argument("the model's state update for parameter {} is not a value of its shape {}", u.index,
+                              u.index >= 0 && u.index < program.num_params ? specs[u.index].shape.to_string() : "?");
+    }
+    auto scope = g.scope("state_update");
+    update.params[u.index] = u.value;
+    update.mu[u.index] = mu[u.index];
+    update.nu[u.index] = nu[u.index];
+  }
   Tensor param_norm;
   {
     auto scope = g.scope("metrics");

@@ -5,7 +5,12 @@
 //            copies[c] (bf16 copies of the weights the model casts to bf16; bf16_weight_copy,
 //            train/step/weight_copies.h; none in f32 runs), batch inputs, targets, positions,
 //            segmentation (s32 [B, T] each)
-//   body:    model loss -> autodiff::gradients -> clip_by_global_norm -> schedule -> AdamW
+//   body:    model loss -> autodiff::gradients -> clip_by_global_norm -> schedule -> AdamW,
+//            then the parameters the model sets (LossOutputs::state_updates: e.g. DeepSeek-V3's
+//            router bias, moved by that step's expert loads) replace their AdamW update with
+//            the model's value and keep their mu/nu (the model stops their gradient, so they
+//            take no part in clipping, Adam or weight decay); with micro-batches, the last
+//            micro-batch's value
 //   outputs: params'[n], mu'[n], nu'[n], step + 1, copies'[c], then the metrics in StepMetric order
 //
 // The state outputs have the shapes of the state inputs, so a runtime can alias them
