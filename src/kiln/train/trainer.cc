@@ -216,6 +216,16 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const config::Config& config, s
   t->checkpoint_period_ = config.get_int("checkpoint_period");
   t->save_on_completion_ = config.get_bool("save_checkpoint_on_completion");
   t->preemption_grace_s_ = config.get_float("preemption_grace_s");
+  if (config.get_bool("skip_step_on_spikes")) {
+    const int64_t interval = config.get_int("skip_step_interval");
+    const double factor = config.get_float("skip_step_scaling_factor");
+    if (interval < 2 || !(factor > 0)) {
+      return invalid_argument("skip_step_interval={} skip_step_scaling_factor={}: the window needs at least 2 steps "
+                              "and a positive factor",
+                              interval, factor);
+    }
+    t->spikes_ = std::make_unique<SpikeWindow>(interval, factor);
+  }
   t->max_checkpoints_ = config.get_int("max_num_checkpoints_to_keep");
   t->config_yaml_ = config.to_yaml();
   t->mesh_json_ = {{"axes", d.mesh.axes()}, {"ici", d.mesh.ici()}, {"dcn", d.mesh.dcn()}, {"num_devices", d.num_devices}};
@@ -384,6 +394,13 @@ Result<StepRecord> Trainer::run_step() {
     KILN_RETURN_IF_ERROR(runner_->set_local_arg(program_.batch_arg(3), batches[d].segmentation, d));
   }
   runner_->set_arg(program_.step_arg(), ir::Literal::scalar(ir::DType::kS32, static_cast<double>(step_)));
+  SpikeWindow::Limits limits{};
+  if (spikes_) {
+    limits = spikes_->limits();
+    ir::Literal arg(ir::Shape(ir::DType::kF32, {2}));
+    arg.mutable_values() = {limits.loss, limits.grad_norm};
+    runner_->set_arg(program_.spike_limits_arg(), arg);
+  }
   observer_->span("data wait + feed", "data", to_ns(feed_begin), RunObserver::now_ns());
   KILN_RETURN_IF_ERROR(runner_->run());
   auto metric = [&](StepMetric m) { return runner_->metric(m); };
@@ -420,6 +437,10 @@ Result<StepRecord> Trainer::run_step() {
                                         {"peak_tflops", peaks_.compute_tflops()},
                                         {"peak", peaks_.source}}));
   }
+  if (spikes_) {
+    r.skipped = SpikeWindow::above(limits, r.loss, r.raw_grad_norm);
+    spikes_->record(r.loss, r.raw_grad_norm);
+  }
   if (step_ % log_period_ == 0) r.expert_load = runner_->expert_load();
   if (tokens_) r.data_tokens = tokens_->consumed_tokens();
   if (batch_hash) r.batch_hash = fmt::format("{:016x}", *batch_hash);
@@ -429,6 +450,17 @@ Result<StepRecord> Trainer::run_step() {
   if (extra_metrics_.is_open()) KILN_RETURN_IF_ERROR(extra_metrics_.write(r));
   KILN_RETURN_IF_ERROR(observer_->step_end(r, to_ns(step_begin), to_ns(last_step_end_)));
   history_.push_back(r);
+  if (r.skipped) {
+    ++skipped_steps_;
+    print(fmt::format("step {} skipped (skip_step_on_spikes): loss {:.4g} (limit {:.4g}), raw gradient norm {:.4g} "
+                      "(limit {:.4g}); the parameters and optimizer state are those of the step before",
+                      r.step, r.loss, limits.loss, r.raw_grad_norm, limits.grad_norm));
+    KILN_RETURN_IF_ERROR(events_.write("spike_skipped", r.step,
+                                       {{"loss", r.loss},
+                                        {"loss_limit", limits.loss},
+                                        {"raw_grad_norm", r.raw_grad_norm},
+                                        {"grad_norm_limit", limits.grad_norm}}));
+  }
   if (r.data_wait_s > kDataStallSeconds) {
     KILN_RETURN_IF_ERROR(events_.write("data_stall", r.step, {{"wait_s", r.data_wait_s}}));
   }

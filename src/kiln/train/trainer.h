@@ -34,6 +34,7 @@
 #include "kiln/train/observability/peaks.h"
 #include "kiln/train/observability/run_events.h"
 #include "kiln/train/run_lock.h"
+#include "kiln/train/spike_window.h"
 #include "kiln/train/step/eval_program.h"
 #include "kiln/train/step/step_program.h"
 #include "kiln/train/step/step_runner.h"
@@ -192,6 +193,8 @@ class Trainer {
   double redone_s_ = 0;       // earlier attempts' steps past the checkpoint resumed (done again here)
   double pending_stall_s_ = 0;  // checkpoint and eval time since the last step ended (lands in the next step)
   int preempted_by_ = 0;
+  std::unique_ptr<SpikeWindow> spikes_;  // skip_step_on_spikes (spike_window.h); null when off
+  int64_t skipped_steps_ = 0;
   std::string config_yaml_;
   nlohmann::json mesh_json_, data_json_, rng_json_;
   std::unique_ptr<RunObserver> observer_;  // TensorBoard, profiler trace, attribution report

@@ -99,6 +99,7 @@ checkpoint::CheckpointState Trainer::snapshot() const {
     s.data_iterator["batches_consumed"] = step_;
   }
   s.rng = rng_json_;
+  if (spikes_) s.rng["spike_window"] = spikes_->to_json();  // trainer state beside the seed
   return s;
 }
 
@@ -163,6 +164,9 @@ Status Trainer::restore(const std::string& dir, bool full_state, const std::vect
   if (full_state) {
     step_ = state.step();
     restored_step_ = state.step();
+    if (spikes_ && state.rng().contains("spike_window")) {
+      KILN_RETURN_IF_ERROR(spikes_->restore(state.rng()["spike_window"]).with_context("checkpoint " + step_dir));
+    }
     // The data iterator: synthetic batches are numbered, so skip the consumed ones.
     if (tokens_) {
       if (state.data_iterator().value("type", "") != tokens_->type()) {

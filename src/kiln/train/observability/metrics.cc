@@ -78,6 +78,7 @@ std::string json_line(const StepRecord& r) {
     line.insert(line.size() - 1, fmt::format(", \"collective_wait_s\": {}", number(r.collective_wait_s)));
   }
   if (r.goodput >= 0) line.insert(line.size() - 1, fmt::format(", \"goodput\": {}", number(r.goodput)));
+  if (r.skipped) line.insert(line.size() - 1, ", \"skipped\": true");
   if (!r.expert_load.empty()) line.insert(line.size() - 1, expert_load_json(r));  // before the closing brace
   if (!r.batch_hash.empty()) line.insert(line.size() - 1, fmt::format(", \"batch_hash\": \"{}\"", r.batch_hash));
   if (!r.data_tokens.empty()) {

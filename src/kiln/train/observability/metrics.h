@@ -42,6 +42,8 @@ struct StepRecord {
   // This attempt's goodput so far (report/goodput.h): productive step time over wall time
   // since the trainer's set-up began. -1: not measured (not written).
   double goodput = -1;
+  // skip_step_on_spikes dropped this step's update (JSON "skipped": true; absent otherwise).
+  bool skipped = false;
   // MoE, every log_period steps (else empty): per MoE layer max and mean (token, expert)
   // pairs per expert and pairs dropped by the capacity, flattened [layers * 3]. Console:
   // ", expert_load (max/mean/dropped): [24/12/0, ...]"; JSON: "expert_load": [[24, 12, 0], ...].

@@ -234,6 +234,7 @@ Result<spmd::PartitionOptions> step_partition_options(const config::Config& conf
   }
   o.seeds.params[program.step_arg()] = ir::Sharding{};
   o.seeds.outputs[program.step_arg()] = ir::Sharding{};
+  if (program.has_spike_limits) o.seeds.params[program.spike_limits_arg()] = ir::Sharding{};
   for (int field = 0; field < 4; ++field) {
     const ir::Shape& shape = entry.param(static_cast<int>(program.batch_arg(field)))->shape();
     std::vector<std::string> notes;

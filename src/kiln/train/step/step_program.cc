@@ -42,6 +42,7 @@ Result<StepProgramOptions> StepProgramOptions::from_config(const config::Config&
   o.seq_len = config.get_int("max_target_length");
   o.weight_copies = config.get_bool("bf16_weight_copy") && config.get_string("dtype") == "bfloat16" &&
                     config.get_string("weight_dtype") == "float32";
+  o.skip_on_spikes = config.get_bool("skip_step_on_spikes");
   return o;
 }
 
@@ -181,6 +182,8 @@ Result<StepProgram> build_step_program(const models::Model& model, const StepPro
   batch.targets = g.parameter("batch.targets", batch_shape, batch_axes);
   batch.positions = g.parameter("batch.positions", batch_shape, batch_axes);
   batch.segmentation = g.parameter("batch.segmentation", batch_shape, batch_axes);
+  Tensor spike_limits;
+  if (options.skip_on_spikes) spike_limits = g.parameter("spike_limits", frontend::f32({2}));
 
   std::vector<ir::Instr*> wrt;
   for (const Tensor& p : params) wrt.push_back(p.instr());
@@ -219,6 +222,24 @@ Result<StepProgram> build_step_program(const models::Model& model, const StepPro
     update.params[u.index] = u.value;
     update.mu[u.index] = mu[u.index];
     update.nu[u.index] = nu[u.index];
+  }
+  if (options.skip_on_spikes) {
+    // MaxText's skip_step_on_spikes: a step whose loss or raw gradient norm is above its limit
+    // (the trainer's rolling mean + factor × std) leaves the state as it was.
+    auto scope = g.scope("skip_step_on_spikes");
+    Tensor loss = losses.loss.astype(DType::kF32);
+    Tensor ok = (loss <= spike_limits.slice(0, 0, 1).reshape({})) &&
+                (clipped.raw_norm.astype(DType::kF32) <= spike_limits.slice(0, 1, 2).reshape({}));
+    ok = ok.named("step_applied");
+    auto keep = [&](std::vector<Tensor>& updated, const std::vector<Tensor>& old) {
+      for (size_t i = 0; i < updated.size(); ++i) {
+        updated[i] = frontend::where(ok.broadcast_to(updated[i].dims()), updated[i], old[i]);
+      }
+    };
+    keep(update.params, params);
+    keep(update.mu, mu);
+    keep(update.nu, nu);
+    program.has_spike_limits = true;
   }
   Tensor param_norm;
   {

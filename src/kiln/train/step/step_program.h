@@ -11,6 +11,9 @@
 //            the model's value and keep their mu/nu (the model stops their gradient, so they
 //            take no part in clipping, Adam or weight decay); with micro-batches, the last
 //            micro-batch's value
+//            with skip_step_on_spikes, one more input after the batch, spike_limits (f32 [2]:
+//            the loss and raw gradient norm a step may reach, train/spike_window.h): a step
+//            above either keeps params, mu and nu as they were (the step counter advances)
 //   outputs: params'[n], mu'[n], nu'[n], step + 1, copies'[c], then the metrics in StepMetric order
 //
 // The state outputs have the shapes of the state inputs, so a runtime can alias them
@@ -63,6 +66,8 @@ struct StepProgramOptions {
   // bf16_weight_copy with dtype=bfloat16 and weight_dtype=float32: the bf16 copy of every
   // weight the model casts to bf16 is step state written by AdamW (train/step/weight_copies.h).
   bool weight_copies = false;
+  // skip_step_on_spikes: the spike_limits argument and the update kept or dropped by it.
+  bool skip_on_spikes = false;
 
   static Result<StepProgramOptions> from_config(const config::Config& config);
 };
@@ -85,7 +90,10 @@ struct StepProgram {
   int64_t batch_arg(int field) const {  // inputs, targets, positions, segmentation
     return 3 * num_params + 1 + num_copies() + field;
   }
-  int64_t num_args() const { return 3 * num_params + 5 + num_copies(); }
+  // skip_step_on_spikes: f32 [2] = {loss limit, raw gradient norm limit} (+inf: no limit).
+  bool has_spike_limits = false;
+  int64_t spike_limits_arg() const { return 3 * num_params + 5 + num_copies(); }
+  int64_t num_args() const { return 3 * num_params + 5 + num_copies() + (has_spike_limits ? 1 : 0); }
   // Output positions: state outputs mirror the state arguments; the metrics follow.
   int64_t num_state() const { return 3 * num_params + 1 + num_copies(); }
   int64_t metric_output(StepMetric m) const { return num_state() + static_cast<int64_t>(m); }
