@@ -18,6 +18,8 @@
 #include "kiln/data/corpus.h"
 #include "kiln/data/shard.h"
 #include "kiln/data/tokenizer.h"
+#include "kiln/train/observability/metrics.h"
+#include "kiln/train/observability/run_events.h"
 #include "tests/fuzz/fuzz_files.h"
 #include "tests/fuzz/fuzz_fixtures.h"
 #include "tests/testing/hf_fixture.h"
@@ -91,6 +93,54 @@ void hugging_face() {
                    {"model.safetensors.index.json", read_file(dir + "/model.safetensors.index.json")},
                    {"model-00001-of-00002.safetensors", read_file(dir + "/model-00001-of-00002.safetensors")},
                    {"model-00002-of-00002.safetensors", read_file(dir + "/model-00002-of-00002.safetensors")}}));
+}
+
+// A run's history as the trainer writes it: step records (with goodput, expert loads, a
+// skipped step), and events of two attempts (start, compile, checkpoint, goodput, restart,
+// spike, preemption, finish).
+void run_histories() {
+  const std::string dir = scratch("history");
+  const std::string metrics = dir + "/metrics.jsonl", events = dir + "/events.jsonl";
+  {
+    kiln::train::JsonlWriter w;
+    KILN_CHECK(w.open_continuing(metrics, 1, 0).ok());
+    for (int64_t s = 0; s < 6; ++s) {
+      kiln::train::StepRecord r;
+      r.step = s;
+      r.loss = 5.0 - 0.5 * static_cast<double>(s);
+      r.lm_loss = r.loss;
+      r.total_weights = 64;
+      r.step_time_s = 0.1;
+      r.mfu = 0.25;
+      r.goodput = 0.5 + 0.05 * static_cast<double>(s);
+      r.skipped = s == 4;
+      if (s % 2 == 0) r.expert_load = {12, 8, 0, 10, 8, 1};
+      KILN_CHECK(w.write(r).ok());
+    }
+    KILN_CHECK(w.flush().ok());
+  }
+  {
+    kiln::train::RunEvents ev;
+    KILN_CHECK(ev.open(events).ok());
+    KILN_CHECK(ev.write("start", 0, {{"attempt", 1}, {"num_devices", 1}}).ok());
+    KILN_CHECK(ev.write("compile", 0, {{"trace_s", 0.1}, {"compile_s", 0.5}, {"init_s", 0.1}}).ok());
+    KILN_CHECK(ev.write("checkpoint_save", 2, {{"path", "checkpoints/2"}, {"blocked_s", 0.01}, {"background", false}}).ok());
+    KILN_CHECK(ev.write("goodput", 2, {{"final", false}, {"wall_s", 1.0}, {"startup_s", 0.7}, {"productive_s", 0.2},
+                                       {"data_wait_s", 0.0}, {"checkpoint_s", 0.01}, {"eval_s", 0.0}, {"other_s", 0.09},
+                                       {"redone_s", 0.0}, {"goodput", 0.2}})
+                    .ok());
+    KILN_CHECK(ev.write("start", 2, {{"attempt", 2}, {"num_devices", 1}}).ok());
+    KILN_CHECK(ev.write("restart", 2, {{"supervisor_attempt", 2}, {"previous", "signal 9"}}).ok());
+    KILN_CHECK(ev.write("spike_skipped", 4, {{"loss", 9.0}, {"loss_limit", 4.0}}).ok());
+    KILN_CHECK(ev.write("preempted", 6, {{"signal", "SIGTERM"}, {"checkpoint_step", 6}}).ok());
+    KILN_CHECK(ev.write("finish", 6, {}).ok());
+  }
+  const std::string m = read_file(metrics), e = read_file(events);
+  seed("run_history", "two-attempts", join_files({{"metrics.jsonl", m}, {"events.jsonl", e}}));
+  seed("run_history", "torn", join_files({{"metrics.jsonl", m + "{\"step\": 6, \"lo"}, {"events.jsonl", e + "{\"ev"}}));
+  seed("report_run_dir", "two-attempts",
+       join_files({{"metrics.jsonl", m}, {"events.jsonl", e},
+                   {"attribution.txt", "step 0.100 s\nGEMMs 0.050 s 50.0%\nfused elementwise 0.030 s 30.0%\n"}}));
 }
 
 std::string base64(const std::string& bytes) {
@@ -235,6 +285,7 @@ int main(int argc, char** argv) {
   configs();
   ir_modules(source);
   npy_files();
+  run_histories();
   std::printf("seeds written under %s\n", g_corpus.string().c_str());
   return 0;
 }
