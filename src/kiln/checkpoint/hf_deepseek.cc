@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "kiln/checkpoint/hf_common.h"
 #include "kiln/checkpoint/safetensors.h"
 
 namespace kiln::checkpoint {
@@ -87,24 +88,9 @@ std::vector<Link> links(const Dims& d) {
   return out;
 }
 
-// [R, C] row-major (as flat values) -> [C, R].
-std::vector<double> transpose2d(const std::vector<double>& x, int64_t rows, int64_t cols) {
-  std::vector<double> y(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
-  return y;
-}
-
 int64_t num_elements(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
-  return n;
-}
-
-template <typename Map>
-int64_t count_from(const Map& m, const std::string& prefix, const std::string& suffix, int64_t first) {
-  int64_t n = 0;
-  while (m.count(prefix + std::to_string(first + n) + suffix)) ++n;
   return n;
 }
 
@@ -130,8 +116,8 @@ Result<Dims> dims_from_kiln(const std::map<std::string, ir::Shape>& k) {
     KILN_ASSIGN_OR_RETURN(auto wq_a, kiln_dims(k, "layers.0.self_attention.wq_a.kernel", 2));
     d.q_lora = wq_a[1];
   }
-  d.layers = count_from(k, "layers.", ".self_attention.out.kernel", 0);
-  d.first_dense = count_from(k, "layers.", ".mlp.wi_0.kernel", 0);
+  d.layers = count_layers(k, "layers.", ".self_attention.out.kernel", 0);
+  d.first_dense = count_layers(k, "layers.", ".mlp.wi_0.kernel", 0);
   if (d.first_dense > 0) {
     KILN_ASSIGN_OR_RETURN(auto wi, kiln_dims(k, "layers.0.mlp.wi_0.kernel", 2));
     d.mlp = wi[1];
@@ -145,26 +131,8 @@ Result<Dims> dims_from_kiln(const std::map<std::string, ir::Shape>& k) {
       d.shared = s[1];
     }
   }
-  d.mtp = count_from(k, "mtp.", ".projection.kernel", 1);
+  d.mtp = count_layers(k, "mtp.", ".projection.kernel", 1);
   return d;
-}
-
-Result<int64_t> config_int(const nlohmann::json& j, const char* key, int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) return invalid_argument("config.json: {} is {}, expected an integer", key, j[key].dump());
-  return j[key].get<int64_t>();
-}
-
-Result<bool> config_bool(const nlohmann::json& j, const char* key, bool fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) return invalid_argument("config.json: {} is {}, expected true or false", key, j[key].dump());
-  return j[key].get<bool>();
-}
-
-Result<double> config_number(const nlohmann::json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) return invalid_argument("config.json: {} is {}, expected a number", key, j[key].dump());
-  return j[key].get<double>();
 }
 
 // The dimensions config.json states (transformers' DeepseekV3Config defaults when absent),
@@ -195,11 +163,9 @@ Result<Dims> dims_from_hf(const HfShapes& hf, const nlohmann::json& c) {
     return invalid_argument("config.json: num_key_value_heads {} (Kiln's MLA expands the latent into all {} heads)",
                             kv_heads, d.heads);
   }
-  d.mtp = count_from(hf, "model.layers.", ".eh_proj.weight", d.layers);
+  d.mtp = count_layers(hf, "model.layers.", ".eh_proj.weight", d.layers);
   return d;
 }
-
-std::string dtype_word(ir::DType t) { return t == ir::DType::kBF16 ? "bfloat16" : "float32"; }
 
 }  // namespace
 
@@ -314,20 +280,9 @@ Result<nlohmann::json> deepseek_hf_config(const TensorMap& k, const std::string&
   std::map<std::string, ir::Shape> shapes;
   for (const auto& [name, t] : k) shapes.emplace(name, t.shape());
   KILN_ASSIGN_OR_RETURN(Dims d, dims_from_kiln(shapes));
-  YAML::Node y;
-  try {
-    y = YAML::Load(config_yaml);
-  } catch (const std::exception& e) {
-    return invalid_argument("the checkpoint's config is not YAML: {}", e.what());
-  }
+  KILN_ASSIGN_OR_RETURN(const ConfigYaml yaml, ConfigYaml::parse(config_yaml));
   // A key of the resolved config, or (absent) DeepSeek-V3's value.
-  auto get = [&]<typename T>(const char* key, T fallback) {
-    try {
-      return y[key] ? y[key].as<T>() : fallback;
-    } catch (const std::exception&) {
-      return fallback;
-    }
-  };
+  auto get = [&]<typename T>(const char* key, T fallback) { return yaml.get(key, fallback); };
   auto refuse = [](const char* key, const std::string& why) {
     return invalid_argument("{}: {} (transformers' DeepseekV3ForCausalLM cannot express it)", key, why);
   };

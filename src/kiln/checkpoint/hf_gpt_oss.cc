@@ -3,25 +3,12 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "kiln/checkpoint/hf_common.h"
 #include "kiln/checkpoint/safetensors.h"
 
 namespace kiln::checkpoint {
 
 namespace {
-
-// [R, C] row-major (as flat values) -> [C, R].
-std::vector<double> transpose2d(const std::vector<double>& x, int64_t rows, int64_t cols) {
-  std::vector<double> y(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
-  return y;
-}
-
-ir::Literal make(ir::DType dtype, std::vector<int64_t> dims, std::vector<double> values) {
-  ir::Literal out(ir::Shape(dtype, std::move(dims)));
-  out.mutable_values() = std::move(values);  // moved, never rounded: exact in the dtype
-  return out;
-}
 
 class Reader {
  public:
@@ -49,13 +36,6 @@ class Reader {
   const char* side_;
 };
 
-template <typename Map>
-int64_t count_layers(const Map& m, const std::string& prefix, const std::string& suffix) {
-  int64_t n = 0;
-  while (m.count(prefix + std::to_string(n) + suffix)) ++n;
-  return n;
-}
-
 }  // namespace
 
 Result<TensorMap> gpt_oss_to_hf(const TensorMap& k) {
@@ -79,21 +59,21 @@ Result<TensorMap> gpt_oss_to_hf(const TensorMap& k) {
       const auto& d = w->shape().dims();  // [D, heads, Dh]
       KILN_RETURN_IF_ERROR(r.expect_dims(a + which + ".kernel", *w, {D, d[1], d[2]}));
       hf[m + "self_attn." + proj + ".weight"] =
-          make(w->shape().dtype(), {d[1] * d[2], D}, transpose2d(w->values(), D, d[1] * d[2]));
+          literal_of(w->shape().dtype(), {d[1] * d[2], D}, transpose2d(w->values(), D, d[1] * d[2]));
       if (r.has(a + which + ".bias")) {
         KILN_ASSIGN_OR_RETURN(const ir::Literal* b, r.get(a + which + ".bias", 2));
-        hf[m + "self_attn." + proj + ".bias"] = make(b->shape().dtype(), {b->shape().num_elements()}, b->values());
+        hf[m + "self_attn." + proj + ".bias"] = literal_of(b->shape().dtype(), {b->shape().num_elements()}, b->values());
       }
     }
     KILN_ASSIGN_OR_RETURN(const ir::Literal* o, r.get(a + "out.kernel", 3));  // [H, Dh, D]
     const int64_t HD = o->shape().dims()[0] * o->shape().dims()[1];
-    hf[m + "self_attn.o_proj.weight"] = make(o->shape().dtype(), {D, HD}, transpose2d(o->values(), HD, D));
+    hf[m + "self_attn.o_proj.weight"] = literal_of(o->shape().dtype(), {D, HD}, transpose2d(o->values(), HD, D));
     if (r.has(a + "out.bias")) hf[m + "self_attn.o_proj.bias"] = k.at(a + "out.bias");
     if (r.has(a + "sinks")) hf[m + "self_attn.sinks"] = k.at(a + "sinks");
 
     KILN_ASSIGN_OR_RETURN(const ir::Literal* gate, r.get(n + "mlp.gate.kernel", 2));  // [D, E]
     const int64_t E = gate->shape().dims()[1];
-    hf[m + "mlp.router.weight"] = make(gate->shape().dtype(), {E, D}, transpose2d(gate->values(), D, E));
+    hf[m + "mlp.router.weight"] = literal_of(gate->shape().dtype(), {E, D}, transpose2d(gate->values(), D, E));
     if (r.has(n + "mlp.gate.bias")) hf[m + "mlp.router.bias"] = k.at(n + "mlp.gate.bias");
     KILN_ASSIGN_OR_RETURN(const ir::Literal* w0, r.get(n + "mlp.wi_0", 3));
     KILN_ASSIGN_OR_RETURN(const ir::Literal* w1, r.get(n + "mlp.wi_1", 3));
@@ -107,7 +87,7 @@ Result<TensorMap> gpt_oss_to_hf(const TensorMap& k) {
         gate_up[row * 2 * I + 2 * i] = w0->values()[row * I + i];
         gate_up[row * 2 * I + 2 * i + 1] = w1->values()[row * I + i];
       }
-    hf[m + "mlp.experts.gate_up_proj"] = make(w0->shape().dtype(), {E, D, 2 * I}, std::move(gate_up));
+    hf[m + "mlp.experts.gate_up_proj"] = literal_of(w0->shape().dtype(), {E, D, 2 * I}, std::move(gate_up));
     if (r.has(n + "mlp.wi_0_bias")) {
       KILN_ASSIGN_OR_RETURN(const ir::Literal* b0, r.get(n + "mlp.wi_0_bias", 2));
       KILN_ASSIGN_OR_RETURN(const ir::Literal* b1, r.get(n + "mlp.wi_1_bias", 2));
@@ -117,7 +97,7 @@ Result<TensorMap> gpt_oss_to_hf(const TensorMap& k) {
           gub[e * 2 * I + 2 * i] = b0->values()[e * I + i];
           gub[e * 2 * I + 2 * i + 1] = b1->values()[e * I + i];
         }
-      hf[m + "mlp.experts.gate_up_proj_bias"] = make(b0->shape().dtype(), {E, 2 * I}, std::move(gub));
+      hf[m + "mlp.experts.gate_up_proj_bias"] = literal_of(b0->shape().dtype(), {E, 2 * I}, std::move(gub));
     }
     KILN_ASSIGN_OR_RETURN(const ir::Literal* wo, r.get(n + "mlp.wo", 3));
     hf[m + "mlp.experts.down_proj"] = *wo;
@@ -127,7 +107,7 @@ Result<TensorMap> gpt_oss_to_hf(const TensorMap& k) {
   hf["model.norm.weight"] = *norm;
   KILN_ASSIGN_OR_RETURN(const ir::Literal* head, r.get("logits_dense.kernel", 2));
   KILN_RETURN_IF_ERROR(r.expect_dims("logits_dense.kernel", *head, {D, V}));
-  hf["lm_head.weight"] = make(head->shape().dtype(), {V, D}, transpose2d(head->values(), D, V));
+  hf["lm_head.weight"] = literal_of(head->shape().dtype(), {V, D}, transpose2d(head->values(), D, V));
   return hf;
 }
 
@@ -147,10 +127,10 @@ Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t H) {
     const std::vector<double>& x = hf.at(t.source).values();
     switch (t.transform) {
       case HfTransform::kCopy:
-        k[t.name] = make(t.shape.dtype(), t.shape.dims(), x);
+        k[t.name] = literal_of(t.shape.dtype(), t.shape.dims(), x);
         break;
       case HfTransform::kTranspose:
-        k[t.name] = make(t.shape.dtype(), t.shape.dims(), transpose2d(x, t.rows, t.cols));
+        k[t.name] = literal_of(t.shape.dtype(), t.shape.dims(), transpose2d(x, t.rows, t.cols));
         break;
       case HfTransform::kColumns: {
         // Columns first, first + step, ... of the source as [rows, cols].
@@ -159,7 +139,7 @@ Result<TensorMap> gpt_oss_from_hf(const TensorMap& hf, int64_t H) {
         for (int64_t r = 0; r < t.rows; ++r) {
           for (int64_t c = 0; c < kept; ++c) out[r * kept + c] = x[r * t.cols + t.first + c * t.step];
         }
-        k[t.name] = make(t.shape.dtype(), t.shape.dims(), std::move(out));
+        k[t.name] = literal_of(t.shape.dtype(), t.shape.dims(), std::move(out));
         break;
       }
     }
@@ -285,21 +265,10 @@ Result<nlohmann::json> gpt_oss_hf_config(const TensorMap& k, const std::string& 
   const auto& q = k.at("layers.0.self_attention.query.kernel").shape().dims();
   const auto& kv = k.at("layers.0.self_attention.key.kernel").shape().dims();
   const auto& wi = k.at("layers.0.mlp.wi_0").shape().dims();
-  YAML::Node y;
-  try {
-    y = YAML::Load(config_yaml);
-  } catch (const std::exception& e) {
-    return invalid_argument("the checkpoint's config is not YAML: {}", e.what());
-  }
+  KILN_ASSIGN_OR_RETURN(const ConfigYaml yaml, ConfigYaml::parse(config_yaml));
   // A key of the resolved config, or (absent, as in a checkpoint imported before imports
   // carried a config) GPT-OSS's value.
-  auto get = [&]<typename T>(const char* key, T fallback) {
-    try {
-      return y[key] ? y[key].as<T>() : fallback;
-    } catch (const std::exception&) {
-      return fallback;
-    }
-  };
+  auto get = [&]<typename T>(const char* key, T fallback) { return yaml.get(key, fallback); };
   auto num = [&](const char* key, double fallback) { return get(key, fallback); };
   auto flag = [&](const char* key, bool fallback) { return get(key, fallback); };
 
@@ -385,14 +354,7 @@ Result<std::string> gpt_oss_kiln_config(const std::map<std::string, ir::Shape>& 
   if (!hf.is_object()) return invalid_argument("config.json is not a JSON object");
   // Shapes and dtype from the tensors (as gpt_oss_hf_config takes them), so they cannot
   // disagree; the rest from config.json.
-  auto get = [&](const std::string& name, size_t rank) -> Result<ir::Shape> {
-    auto it = k.find(name);
-    if (it == k.end()) return not_found("Kiln tensor {} is missing", name);
-    if (it->second.rank() != static_cast<int>(rank)) {
-      return invalid_argument("Kiln tensor {} is {}, expected rank {}", name, it->second.to_string(), rank);
-    }
-    return it->second;
-  };
+  auto get = [&](const std::string& name, int rank) { return kiln_shape(k, name, rank); };
   KILN_ASSIGN_OR_RETURN(const ir::Shape emb, get("token_embedder.embedding", 2));
   KILN_ASSIGN_OR_RETURN(const ir::Shape q_kernel, get("layers.0.self_attention.query.kernel", 3));
   KILN_ASSIGN_OR_RETURN(const ir::Shape k_kernel, get("layers.0.self_attention.key.kernel", 3));

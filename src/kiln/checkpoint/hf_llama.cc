@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "kiln/checkpoint/hf_common.h"
 #include "kiln/checkpoint/safetensors.h"
 
 namespace kiln::checkpoint {
@@ -48,21 +49,6 @@ std::vector<Link> links(const Dims& d) {
   return out;
 }
 
-// [R, C] row-major (as flat values) -> [C, R].
-std::vector<double> transpose2d(const std::vector<double>& x, int64_t rows, int64_t cols) {
-  std::vector<double> y(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
-  return y;
-}
-
-template <typename Map>
-int64_t count_layers(const Map& m, const std::string& prefix, const std::string& suffix) {
-  int64_t n = 0;
-  while (m.count(prefix + std::to_string(n) + suffix)) ++n;
-  return n;
-}
-
 // The shape of `name` in `shapes` (Kiln or HF side, named by `side` in errors), of `rank`.
 template <typename Map, typename DimsOf>
 Result<std::vector<int64_t>> dims_of(const Map& shapes, const std::string& name, size_t rank, const char* side,
@@ -75,30 +61,6 @@ Result<std::vector<int64_t>> dims_of(const Map& shapes, const std::string& name,
   }
   return d;
 }
-
-Result<int64_t> config_int(const nlohmann::json& j, const char* key, int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) {
-    return invalid_argument("config.json: {} is {}, expected an integer", key, j[key].dump());
-  }
-  return j[key].get<int64_t>();
-}
-
-Result<bool> config_bool(const nlohmann::json& j, const char* key, bool fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) {
-    return invalid_argument("config.json: {} is {}, expected true or false", key, j[key].dump());
-  }
-  return j[key].get<bool>();
-}
-
-Result<double> config_number(const nlohmann::json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) return invalid_argument("config.json: {} is {}, expected a number", key, j[key].dump());
-  return j[key].get<double>();
-}
-
-std::string dtype_word(ir::DType t) { return t == ir::DType::kBF16 ? "bfloat16" : "float32"; }
 
 }  // namespace
 
@@ -201,20 +163,9 @@ Result<nlohmann::json> llama_hf_config(const TensorMap& k, const std::string& co
   const auto& q = k.at("layers.0.self_attention.query.kernel").shape().dims();
   const auto& kv = k.at("layers.0.self_attention.key.kernel").shape().dims();
   const auto& wi = k.at("layers.0.mlp.wi_0.kernel").shape().dims();
-  YAML::Node y;
-  try {
-    y = YAML::Load(config_yaml);
-  } catch (const std::exception& e) {
-    return invalid_argument("the checkpoint's config is not YAML: {}", e.what());
-  }
+  KILN_ASSIGN_OR_RETURN(const ConfigYaml yaml, ConfigYaml::parse(config_yaml));
   // A key of the resolved config, or (absent) base.yml's value.
-  auto get = [&]<typename T>(const char* key, T fallback) {
-    try {
-      return y[key] ? y[key].as<T>() : fallback;
-    } catch (const std::exception&) {
-      return fallback;
-    }
-  };
+  auto get = [&]<typename T>(const char* key, T fallback) { return yaml.get(key, fallback); };
   auto refuse = [](const char* key, const std::string& why) {
     return invalid_argument("{}: {} (transformers' LlamaForCausalLM cannot express it)", key, why);
   };

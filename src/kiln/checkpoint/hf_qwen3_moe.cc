@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "kiln/checkpoint/hf_common.h"
 #include "kiln/checkpoint/safetensors.h"
 
 namespace kiln::checkpoint {
@@ -12,27 +13,6 @@ namespace kiln::checkpoint {
 namespace {
 
 constexpr const char* kClass = "Qwen3MoeForCausalLM";
-
-// [R, C] row-major (as flat values, from `offset`) -> [C, R].
-std::vector<double> transpose2d(const std::vector<double>& x, int64_t rows, int64_t cols, int64_t offset = 0) {
-  std::vector<double> y(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) y[c * rows + r] = x[offset + r * cols + c];
-  return y;
-}
-
-ir::Literal make(ir::DType dtype, std::vector<int64_t> dims, std::vector<double> values) {
-  ir::Literal out(ir::Shape(dtype, std::move(dims)));
-  out.mutable_values() = std::move(values);  // moved, never rounded: exact in the dtype
-  return out;
-}
-
-template <typename Map>
-int64_t count_layers(const Map& m, const std::string& prefix, const std::string& suffix) {
-  int64_t n = 0;
-  while (m.count(prefix + std::to_string(n) + suffix)) ++n;
-  return n;
-}
 
 // One side's tensors by name, each taken at most once; what is never taken is reported.
 template <typename Map>
@@ -108,12 +88,12 @@ Result<TensorMap> qwen3_moe_to_hf(const TensorMap& k, const std::string&) {
       KILN_RETURN_IF_ERROR(r.expect_dims(a + which + ".kernel", d, {D, d[1], d[2]}));
       Dh = d[2];
       hf[m + "self_attn." + which[0] + "_proj.weight"] =
-          make(w->second.shape().dtype(), {d[1] * d[2], D}, transpose2d(w->second.values(), D, d[1] * d[2]));
+          literal_of(w->second.shape().dtype(), {d[1] * d[2], D}, transpose2d(w->second.values(), D, d[1] * d[2]));
     }
     KILN_ASSIGN_OR_RETURN(auto o, r.take(a + "out.kernel", 3));  // [H, Dh, D]
     const int64_t HD = o->second.shape().dims()[0] * o->second.shape().dims()[1];
     KILN_RETURN_IF_ERROR(r.expect_dims(a + "out.kernel", o->second.shape().dims(), {HD / Dh, Dh, D}));
-    hf[m + "self_attn.o_proj.weight"] = make(o->second.shape().dtype(), {D, HD}, transpose2d(o->second.values(), HD, D));
+    hf[m + "self_attn.o_proj.weight"] = literal_of(o->second.shape().dtype(), {D, HD}, transpose2d(o->second.values(), HD, D));
     for (const auto& [kiln_name, hf_name] : {std::pair{"query_norm", "q_norm"}, std::pair{"key_norm", "k_norm"}}) {
       KILN_ASSIGN_OR_RETURN(auto s, r.take(a + kiln_name + ".scale", 1));
       KILN_RETURN_IF_ERROR(r.expect_dims(a + kiln_name + ".scale", s->second.shape().dims(), {Dh}));
@@ -123,7 +103,7 @@ Result<TensorMap> qwen3_moe_to_hf(const TensorMap& k, const std::string&) {
     KILN_ASSIGN_OR_RETURN(auto gate, r.take(n + "mlp.gate.kernel", 2));  // [D, E]
     const int64_t E = gate->second.shape().dims()[1];
     KILN_RETURN_IF_ERROR(r.expect_dims(n + "mlp.gate.kernel", gate->second.shape().dims(), {D, E}));
-    hf[m + "mlp.gate.weight"] = make(gate->second.shape().dtype(), {E, D}, transpose2d(gate->second.values(), D, E));
+    hf[m + "mlp.gate.weight"] = literal_of(gate->second.shape().dtype(), {E, D}, transpose2d(gate->second.values(), D, E));
     KILN_ASSIGN_OR_RETURN(auto w0, r.take(n + "mlp.wi_0", 3));
     KILN_ASSIGN_OR_RETURN(auto w1, r.take(n + "mlp.wi_1", 3));
     KILN_ASSIGN_OR_RETURN(auto wo, r.take(n + "mlp.wo", 3));
@@ -133,16 +113,16 @@ Result<TensorMap> qwen3_moe_to_hf(const TensorMap& k, const std::string&) {
     KILN_RETURN_IF_ERROR(r.expect_dims(n + "mlp.wo", wo->second.shape().dims(), {E, I, D}));
     for (int64_t e = 0; e < E; ++e) {  // expert e's [D, I] slices -> [I, D]; [I, D] -> [D, I]
       const ir::DType dt = w0->second.shape().dtype();
-      hf[hf_expert(m, e, "gate_proj")] = make(dt, {I, D}, transpose2d(w0->second.values(), D, I, e * D * I));
-      hf[hf_expert(m, e, "up_proj")] = make(dt, {I, D}, transpose2d(w1->second.values(), D, I, e * D * I));
-      hf[hf_expert(m, e, "down_proj")] = make(dt, {D, I}, transpose2d(wo->second.values(), I, D, e * I * D));
+      hf[hf_expert(m, e, "gate_proj")] = literal_of(dt, {I, D}, transpose2d(w0->second.values(), D, I, e * D * I));
+      hf[hf_expert(m, e, "up_proj")] = literal_of(dt, {I, D}, transpose2d(w1->second.values(), D, I, e * D * I));
+      hf[hf_expert(m, e, "down_proj")] = literal_of(dt, {D, I}, transpose2d(wo->second.values(), I, D, e * I * D));
     }
   }
   KILN_RETURN_IF_ERROR(copy("decoder_norm.scale", "model.norm.weight", 1));
   if (r.has("logits_dense.kernel")) {  // absent: tied to the embedding (logits_via_embedding)
     KILN_ASSIGN_OR_RETURN(auto head, r.take("logits_dense.kernel", 2));
     KILN_RETURN_IF_ERROR(r.expect_dims("logits_dense.kernel", head->second.shape().dims(), {D, V}));
-    hf["lm_head.weight"] = make(head->second.shape().dtype(), {V, D}, transpose2d(head->second.values(), D, V));
+    hf["lm_head.weight"] = literal_of(head->second.shape().dtype(), {V, D}, transpose2d(head->second.values(), D, V));
   }
   KILN_RETURN_IF_ERROR(r.all_taken(kClass));
   return hf;
@@ -268,7 +248,7 @@ Result<TensorMap> qwen3_moe_from_hf(const TensorMap& hf, const nlohmann::json& c
         values.insert(values.end(), x.begin(), x.end());
       }
     }
-    k[t.name] = make(t.shape.dtype(), t.shape.dims(), std::move(values));
+    k[t.name] = literal_of(t.shape.dtype(), t.shape.dims(), std::move(values));
   }
   return k;
 }
@@ -280,20 +260,9 @@ Result<nlohmann::json> qwen3_moe_hf_config(const TensorMap& k, const std::string
   const auto& kv = k.at("layers.0.self_attention.key.kernel").shape().dims();
   const auto& wi = k.at("layers.0.mlp.wi_0").shape().dims();
   const int64_t layers = count_layers(k, "layers.", ".self_attention.query.kernel");
-  YAML::Node y;
-  try {
-    y = YAML::Load(config_yaml);
-  } catch (const std::exception& e) {
-    return invalid_argument("the checkpoint's config is not YAML: {}", e.what());
-  }
+  KILN_ASSIGN_OR_RETURN(const ConfigYaml yaml, ConfigYaml::parse(config_yaml));
   // A key of the resolved config, or (absent) base.yml's / Qwen3's value.
-  auto get = [&]<typename T>(const char* key, T fallback) {
-    try {
-      return y[key] ? y[key].as<T>() : fallback;
-    } catch (const std::exception&) {
-      return fallback;
-    }
-  };
+  auto get = [&]<typename T>(const char* key, T fallback) { return yaml.get(key, fallback); };
   auto refuse = [](const char* key, const std::string& why) {
     return invalid_argument("{}: {} ({} cannot express it)", key, why, kClass);
   };
@@ -344,14 +313,7 @@ Result<nlohmann::json> qwen3_moe_hf_config(const TensorMap& k, const std::string
 
 Result<std::string> qwen3_moe_kiln_config(const std::map<std::string, ir::Shape>& k, const nlohmann::json& hf) {
   if (!hf.is_object()) return invalid_argument("config.json is not a JSON object");
-  auto get = [&](const std::string& name, size_t rank) -> Result<ir::Shape> {
-    auto it = k.find(name);
-    if (it == k.end()) return not_found("Kiln tensor {} is missing", name);
-    if (it->second.rank() != static_cast<int>(rank)) {
-      return invalid_argument("Kiln tensor {} is {}, expected rank {}", name, it->second.to_string(), rank);
-    }
-    return it->second;
-  };
+  auto get = [&](const std::string& name, int rank) { return kiln_shape(k, name, rank); };
   KILN_ASSIGN_OR_RETURN(const ir::Shape emb, get("token_embedder.embedding", 2));
   KILN_ASSIGN_OR_RETURN(const ir::Shape q_kernel, get("layers.0.self_attention.query.kernel", 3));
   KILN_ASSIGN_OR_RETURN(const ir::Shape k_kernel, get("layers.0.self_attention.key.kernel", 3));
