@@ -208,6 +208,25 @@ dref check --name "(b) deepseek hf->kiln" --hf "$WORK/db_hf" --tokens "$WORK/db_
   --results "$RESULTS" || FAILED=1
 took
 
+# transformers has no MTP module: DeepSeek-V3's multi-token prediction is checked against an
+# independent PyTorch implementation (tests/reference/deepseek_mtp_ref.py) by a test that needs
+# this venv's torch and transformers, so it runs here rather than in make test.
+echo "parity: DeepSeek-V3 multi-token prediction against tests/reference/deepseek_mtp_ref.py"
+MTP_TEST=$(dirname "$KILN")/tests/models/deepseek_mtp_test
+if [[ -x $MTP_TEST ]]; then
+  if "$MTP_TEST" > "$WORK/mtp.log" 2>&1 && grep -q "\[  PASSED  \] 1 test" "$WORK/mtp.log"; then
+    echo "  DeepseekMtp.LossAndGradientsMatchPyTorchReference: ok"
+  else
+    cat "$WORK/mtp.log" >&2
+    echo "  DeepseekMtp.LossAndGradientsMatchPyTorchReference: FAILED"
+    FAILED=1
+  fi
+else
+  echo "  no $MTP_TEST (build the tests): not checked"
+  FAILED=1
+fi
+took
+
 echo
 ref table "$RESULTS" || FAILED=1
 echo "parity: $SECONDS s ($KILN)"

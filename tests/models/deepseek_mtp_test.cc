@@ -4,7 +4,9 @@
 //   HF_HUB_OFFLINE=1 .venv/bin/python tests/reference/deepseek_mtp_ref.py OUT_DIR
 // Its files (the MTP module as model.layers.L.*) are imported through checkpoint/hf_deepseek;
 // Kiln's loss (main + 0.1 * MTP) matches within 1e-5 relative and every parameter's gradient
-// within 1e-4 of the tensor's largest (float32 on both sides). Skips without the venv.
+// within 1e-4 of the tensor's largest (float32 on both sides). It needs torch, transformers and
+// safetensors in the venv, which only `make parity` installs (python/requirements-parity.txt):
+// without them it skips, and scripts/parity.sh runs it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,7 +38,11 @@ constexpr int64_t kB = 2, kT = 10;
 
 TEST(DeepseekMtp, LossAndGradientsMatchPyTorchReference) {
   const std::string python = std::string(KILN_SOURCE_DIR) + "/.venv/bin/python";
-  if (!fs::exists(python)) GTEST_SKIP() << "no project venv at " << python << " (python/requirements-parity.txt)";
+  const std::string probe = python + " -c 'import torch, transformers, safetensors' > /dev/null 2>&1";
+  if (!fs::exists(python) || std::system(probe.c_str()) != 0) {
+    GTEST_SKIP() << python << " lacks torch, transformers or safetensors (make parity installs them: "
+                 << "python/requirements-parity.txt)";
+  }
   const std::string dir = testing::temp_path("deepseek_mtp").string();
   const std::string command = "HF_HUB_OFFLINE=1 " + python + " " + KILN_SOURCE_DIR +
                               "/tests/reference/deepseek_mtp_ref.py " + dir + " > " + dir + ".log 2>&1";
